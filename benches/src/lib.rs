@@ -1,0 +1,1 @@
+//! keel-bench: load generator against etcd endpoints. Empty until the bench issue lands.

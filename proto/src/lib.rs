@@ -1,0 +1,23 @@
+//! keel-proto: etcd's v3 wire API (packages `etcdserverpb`, `mvccpb`, `authpb`, with etcd's
+//! message, field and service names and numbers, so gRPC paths such as `/etcdserverpb.KV/Range`
+//! match and any etcd client works) and keel's internal Raft RPC (`keelraft`).
+//!
+//! The `.proto` files under `proto/` carry etcd 3.5's definitions without its Go-specific options.
+
+#![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
+
+pub mod mvccpb {
+    tonic::include_proto!("mvccpb");
+}
+
+pub mod authpb {
+    tonic::include_proto!("authpb");
+}
+
+pub mod etcdserverpb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+pub mod keelraft {
+    tonic::include_proto!("keelraft");
+}

@@ -1,0 +1,398 @@
+//! The member's configuration, parsed from etcd's own flag names (and `ETCD_*` environment
+//! variables, as etcd reads them), so an etcd command line starts keel unchanged.
+//!
+//! Every etcd 3.5 flag is accepted. Those keel acts on fill [`Config`]; the rest are collected in
+//! [`Config::ignored`] and named in one warning at start-up. A flag etcd does not have is an error.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+/// Whether this member bootstraps a new cluster or joins an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterState {
+    New,
+    Existing,
+}
+
+/// A member's configuration. Defaults are etcd's, except the data dir (`<name>.keel`) and the
+/// client listener (`http://127.0.0.1:2379`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Human-readable member name (`--name`).
+    pub name: String,
+    /// Where the database lives (`--data-dir`).
+    pub data_dir: PathBuf,
+    /// URLs to serve clients on: gRPC, `/health`, `/version` on each.
+    pub listen_client_urls: Vec<String>,
+    /// Client URLs advertised to the cluster.
+    pub advertise_client_urls: Vec<String>,
+    /// URLs to listen on for peer traffic.
+    pub listen_peer_urls: Vec<String>,
+    /// This member's peer URLs as the cluster knows them; they and the token derive the member id.
+    pub initial_advertise_peer_urls: Vec<String>,
+    /// `name=peerURL` for every member of the initial cluster.
+    pub initial_cluster: Vec<(String, String)>,
+    pub initial_cluster_state: ClusterState,
+    /// Cluster token: part of every member id, so separate clusters never mix.
+    pub initial_cluster_token: String,
+    /// Largest request accepted, in bytes (etcd's 1.5 MiB default).
+    pub max_request_bytes: u64,
+    /// Most operations in one txn branch (etcd's 128 default).
+    pub max_txn_ops: usize,
+    /// Committed entries between Raft snapshots.
+    pub snapshot_count: u64,
+    /// Raft heartbeat interval in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// Raft election timeout in milliseconds.
+    pub election_timeout_ms: u64,
+    /// debug, info, warn, error, panic or fatal.
+    pub log_level: String,
+    /// etcd flags that were given but that keel does not act on (yet), for the start-up warning.
+    pub ignored: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::parse_from(["keel"]).expect("defaults parse")
+    }
+}
+
+/// Flags keel acts on: (name, default, help).
+const ACTED: &[(&str, &str, &str)] = &[
+    ("name", "default", "Human-readable name for this member."),
+    ("data-dir", "", "Path to the data directory (default: <name>.keel)."),
+    ("listen-client-urls", "http://127.0.0.1:2379", "List of URLs to listen on for client traffic."),
+    ("advertise-client-urls", "http://localhost:2379", "List of this member's client URLs to advertise."),
+    ("listen-peer-urls", "http://localhost:2380", "List of URLs to listen on for peer traffic."),
+    ("initial-advertise-peer-urls", "http://localhost:2380", "List of this member's peer URLs to advertise."),
+    (
+        "initial-cluster",
+        "",
+        "Initial cluster configuration for bootstrapping (default: <name>=<advertised peer URLs>).",
+    ),
+    ("initial-cluster-state", "new", "Initial cluster state ('new' or 'existing')."),
+    ("initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during bootstrap."),
+    ("max-request-bytes", "1572864", "Maximum client request size in bytes the server will accept."),
+    ("max-txn-ops", "128", "Maximum number of operations permitted in a transaction."),
+    ("snapshot-count", "100000", "Number of committed transactions to trigger a snapshot."),
+    ("heartbeat-interval", "100", "Time (in milliseconds) of a heartbeat interval."),
+    ("election-timeout", "1000", "Time (in milliseconds) for an election to timeout."),
+    ("log-level", "info", "Configures log level: debug, info, warn, error, panic, or fatal."),
+];
+
+/// etcd 3.5 flags taking a value that keel accepts but does not act on yet.
+const IGNORED_VALUED: &[&str] = &[
+    "auth-token",
+    "auth-token-ttl",
+    "auto-compaction-mode",
+    "auto-compaction-retention",
+    "backend-batch-interval",
+    "backend-batch-limit",
+    "backend-bbolt-freelist-type",
+    "bcrypt-cost",
+    "cert-file",
+    "cipher-suites",
+    "client-cert-allowed-hostname",
+    "client-cert-file",
+    "client-crl-file",
+    "client-key-file",
+    "config-file",
+    "cors",
+    "discovery",
+    "discovery-fallback",
+    "discovery-proxy",
+    "discovery-srv",
+    "discovery-srv-name",
+    "experimental-backend-bbolt-freelist-type",
+    "experimental-bootstrap-defrag-threshold-megabytes",
+    "experimental-compact-hash-check-time",
+    "experimental-compaction-batch-limit",
+    "experimental-compaction-sleep-interval",
+    "experimental-corrupt-check-time",
+    "experimental-distributed-tracing-address",
+    "experimental-distributed-tracing-instance-id",
+    "experimental-distributed-tracing-sampling-rate",
+    "experimental-distributed-tracing-service-name",
+    "experimental-downgrade-check-time",
+    "experimental-enable-v2v3",
+    "experimental-snapshot-catchup-entries",
+    "experimental-warning-apply-duration",
+    "experimental-watch-progress-notify-interval",
+    "grpc-keepalive-interval",
+    "grpc-keepalive-min-time",
+    "grpc-keepalive-timeout",
+    "host-whitelist",
+    "key-file",
+    "listen-metrics-urls",
+    "log-outputs",
+    "log-package-levels",
+    "log-rotation-config-json",
+    "logger",
+    "max-concurrent-streams",
+    "max-snapshots",
+    "max-wals",
+    "metrics",
+    "peer-cert-allowed-cn",
+    "peer-cert-allowed-hostname",
+    "peer-cert-file",
+    "peer-client-cert-file",
+    "peer-client-key-file",
+    "peer-crl-file",
+    "peer-key-file",
+    "peer-trusted-ca-file",
+    "proxy",
+    "proxy-dial-timeout",
+    "proxy-failure-wait",
+    "proxy-read-timeout",
+    "proxy-refresh-interval",
+    "proxy-write-timeout",
+    "quota-backend-bytes",
+    "raft-read-timeout",
+    "raft-write-timeout",
+    "self-signed-cert-validity",
+    "tls-max-version",
+    "tls-min-version",
+    "trusted-ca-file",
+    "v2-deprecation",
+    "wal-dir",
+];
+
+/// etcd 3.5 boolean flags (`--flag` or `--flag=true|false`) keel accepts but does not act on yet.
+const IGNORED_BOOL: &[&str] = &[
+    "auto-tls",
+    "client-cert-auth",
+    "debug",
+    "enable-grpc-gateway",
+    "enable-log-rotation",
+    "enable-pprof",
+    "enable-v2",
+    "experimental-compact-hash-check-enabled",
+    "experimental-enable-distributed-tracing",
+    "experimental-enable-lease-checkpoint",
+    "experimental-enable-lease-checkpoint-persist",
+    "experimental-initial-corrupt-check",
+    "experimental-memory-mlock",
+    "experimental-peer-skip-client-san-verification",
+    "experimental-stop-grpc-service-on-defrag",
+    "experimental-txn-mode-write-with-shared-buffer",
+    "force-new-cluster",
+    "initial-election-tick-advance",
+    "peer-auto-tls",
+    "peer-client-cert-auth",
+    "pre-vote",
+    "socket-reuse-address",
+    "socket-reuse-port",
+    "strict-reconfig-check",
+    "unsafe-no-fsync",
+];
+
+/// The environment variable etcd reads for a flag: `ETCD_` + upper case, dashes as underscores.
+fn env_name(flag: &str) -> String {
+    format!("ETCD_{}", flag.to_uppercase().replace('-', "_"))
+}
+
+fn command() -> Command {
+    let mut cmd = Command::new("keel")
+        .about("keel: an etcd-compatible, Raft-replicated key-value store. Takes etcd's flags.")
+        .version(env!("CARGO_PKG_VERSION"))
+        .disable_version_flag(true)
+        .arg(Arg::new("version").long("version").action(ArgAction::SetTrue).help("Print the version and exit."));
+    for (name, default, help) in ACTED {
+        let mut a = Arg::new(*name).long(*name).env(env_name(name)).help(*help).num_args(1);
+        if !default.is_empty() {
+            a = a.default_value(*default);
+        }
+        cmd = cmd.arg(a);
+    }
+    for name in IGNORED_VALUED {
+        cmd = cmd.arg(Arg::new(*name).long(*name).env(env_name(name)).num_args(1).hide(true));
+    }
+    for name in IGNORED_BOOL {
+        cmd = cmd.arg(
+            Arg::new(*name)
+                .long(*name)
+                .env(env_name(name))
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .hide(true),
+        );
+    }
+    cmd
+}
+
+fn list(m: &ArgMatches, name: &str) -> Vec<String> {
+    m.get_one::<String>(name)
+        .map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+fn number<T: std::str::FromStr>(m: &ArgMatches, name: &str) -> Result<T, String> {
+    let raw = m.get_one::<String>(name).expect("has a default");
+    raw.parse().map_err(|_| format!("invalid value {raw:?} for flag --{name}: parse error"))
+}
+
+/// What the command line asked for.
+pub enum Invocation {
+    Run(Box<Config>),
+    PrintVersion,
+}
+
+impl Config {
+    /// Parses an etcd-style command line (argv[0] first).
+    pub fn parse_from<I, T>(args: I) -> Result<Config, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        match Self::invocation_from(args)? {
+            Invocation::Run(c) => Ok(*c),
+            Invocation::PrintVersion => Err("--version given".into()),
+        }
+    }
+
+    /// Parses an etcd-style command line, also recognising `--version`.
+    pub fn invocation_from<I, T>(args: I) -> Result<Invocation, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let m = command().try_get_matches_from(args).map_err(|e| e.to_string())?;
+        if m.get_flag("version") {
+            return Ok(Invocation::PrintVersion);
+        }
+        let name = m.get_one::<String>("name").cloned().unwrap_or_default();
+        let data_dir = match m.get_one::<String>("data-dir") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => PathBuf::from(format!("{name}.keel")),
+        };
+        let initial_advertise_peer_urls = list(&m, "initial-advertise-peer-urls");
+        let initial_cluster = match m.get_one::<String>("initial-cluster") {
+            Some(s) if !s.is_empty() => parse_initial_cluster(s)?,
+            _ => initial_advertise_peer_urls.iter().map(|u| (name.clone(), u.clone())).collect(),
+        };
+        let initial_cluster_state = match m.get_one::<String>("initial-cluster-state").map(String::as_str) {
+            Some("new") | None => ClusterState::New,
+            Some("existing") => ClusterState::Existing,
+            Some(other) => {
+                return Err(format!(
+                    "invalid value {other:?} for flag --initial-cluster-state: must be one of new, existing"
+                ))
+            }
+        };
+        let log_level = m.get_one::<String>("log-level").cloned().unwrap_or_default();
+        if !["debug", "info", "warn", "error", "panic", "fatal"].contains(&log_level.as_str()) {
+            return Err(format!("invalid value {log_level:?} for flag --log-level"));
+        }
+        let mut ignored: Vec<String> = IGNORED_VALUED
+            .iter()
+            .chain(IGNORED_BOOL)
+            .filter(|n| m.value_source(n).is_some_and(|s| s != clap::parser::ValueSource::DefaultValue))
+            .map(|n| format!("--{n}"))
+            .collect();
+        ignored.sort();
+        Ok(Invocation::Run(Box::new(Config {
+            name,
+            data_dir,
+            listen_client_urls: list(&m, "listen-client-urls"),
+            advertise_client_urls: list(&m, "advertise-client-urls"),
+            listen_peer_urls: list(&m, "listen-peer-urls"),
+            initial_advertise_peer_urls,
+            initial_cluster,
+            initial_cluster_state,
+            initial_cluster_token: m.get_one::<String>("initial-cluster-token").cloned().unwrap_or_default(),
+            max_request_bytes: number(&m, "max-request-bytes")?,
+            max_txn_ops: number(&m, "max-txn-ops")?,
+            snapshot_count: number(&m, "snapshot-count")?,
+            heartbeat_interval_ms: number(&m, "heartbeat-interval")?,
+            election_timeout_ms: number(&m, "election-timeout")?,
+            log_level,
+            ignored,
+        })))
+    }
+
+    /// The socket addresses of the client listeners.
+    pub fn client_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        self.listen_client_urls.iter().map(|u| url_addr(u)).collect()
+    }
+}
+
+fn parse_initial_cluster(s: &str) -> Result<Vec<(String, String)>, String> {
+    s.split(',')
+        .map(|part| {
+            let (n, u) = part
+                .trim()
+                .split_once('=')
+                .ok_or_else(|| format!("invalid value {s:?} for flag --initial-cluster: expected name=url"))?;
+            Ok((n.to_string(), u.to_string()))
+        })
+        .collect()
+}
+
+/// Resolves an `http://host:port` URL to a socket address.
+pub fn url_addr(url: &str) -> Result<SocketAddr, String> {
+    let rest = if let Some(r) = url.strip_prefix("http://") {
+        r
+    } else if url.starts_with("https://") || url.starts_with("unixs://") {
+        return Err(format!("{url}: TLS listeners are not supported yet"));
+    } else {
+        return Err(format!("{url}: URL scheme must be http"));
+    };
+    let hostport = rest.trim_end_matches('/');
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("{url}: {e}"))?
+        .find(|a| a.is_ipv4())
+        .or_else(|| hostport.to_socket_addrs().ok().and_then(|mut a| a.next()))
+        .ok_or_else(|| format!("{url}: no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_a_single_local_member() {
+        let c = Config::default();
+        assert_eq!(c.name, "default");
+        assert_eq!(c.data_dir, PathBuf::from("default.keel"));
+        assert_eq!(c.listen_client_urls, vec!["http://127.0.0.1:2379"]);
+        assert_eq!(c.initial_cluster, vec![("default".to_string(), "http://localhost:2380".to_string())]);
+        assert_eq!(c.max_request_bytes, 1572864);
+        assert_eq!(c.max_txn_ops, 128);
+        assert!(c.ignored.is_empty());
+    }
+
+    #[test]
+    fn etcd_flags_parse_and_unknown_flags_fail() {
+        let c = Config::parse_from([
+            "keel",
+            "--name",
+            "n1",
+            "--data-dir=/tmp/x",
+            "--initial-cluster",
+            "n1=http://127.0.0.1:2380",
+            "--max-txn-ops",
+            "7",
+            "--auto-compaction-retention",
+            "1",
+            "--enable-pprof",
+        ])
+        .unwrap();
+        assert_eq!(c.name, "n1");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.max_txn_ops, 7);
+        assert_eq!(c.ignored, vec!["--auto-compaction-retention", "--enable-pprof"]);
+        assert!(Config::parse_from(["keel", "--no-such-flag", "1"]).is_err());
+        assert!(Config::parse_from(["keel", "--max-txn-ops", "many"]).is_err());
+        assert!(Config::parse_from(["keel", "--initial-cluster-state", "old"]).is_err());
+    }
+
+    #[test]
+    fn urls_resolve() {
+        assert_eq!(url_addr("http://127.0.0.1:2379").unwrap(), "127.0.0.1:2379".parse().unwrap());
+        assert!(url_addr("https://127.0.0.1:2379").is_err());
+    }
+}

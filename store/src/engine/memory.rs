@@ -1,0 +1,152 @@
+//! An in-memory engine that models a disk: writes land in `live`; `sync` makes everything written
+//! so far durable; [`MemEngine::crash`] throws away what was never synced. Clones share state, so
+//! a simulated member can "restart" on the same disk.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{Batch, BatchOp, Engine, Pair};
+use crate::error::Result;
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Default)]
+struct State {
+    live: Map,
+    durable: Map,
+    /// Batches written without sync since the last sync, in order.
+    pending: Vec<Batch>,
+}
+
+/// In-memory engine with modelled durability.
+#[derive(Clone, Default)]
+pub struct MemEngine {
+    state: Arc<Mutex<State>>,
+}
+
+fn apply(map: &mut Map, batch: &Batch) {
+    for op in &batch.ops {
+        match op {
+            BatchOp::Put(k, v) => {
+                map.insert(k.clone(), v.clone());
+            }
+            BatchOp::Delete(k) => {
+                map.remove(k);
+            }
+            BatchOp::DeleteRange(s, e) => {
+                let doomed: Vec<_> = map.range(s.clone()..e.clone()).map(|(k, _)| k.clone()).collect();
+                for k in doomed {
+                    map.remove(&k);
+                }
+            }
+        }
+    }
+}
+
+fn bounds<'a>(start: &'a [u8], end: &'a [u8]) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (Bound::Included(start), Bound::Excluded(end))
+}
+
+impl MemEngine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Simulates a power loss: everything not synced is gone.
+    pub fn crash(&self) {
+        let mut st = self.state.lock();
+        st.pending.clear();
+        st.live = st.durable.clone();
+    }
+}
+
+impl Engine for MemEngine {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.state.lock().live.get(key).cloned())
+    }
+
+    fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>> {
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let st = self.state.lock();
+        Ok(st.live.range::<[u8], _>(bounds(start, end)).map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        for (k, v) in self.scan(start, end)? {
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn last(&self, start: &[u8], end: &[u8]) -> Result<Option<Pair>> {
+        if start >= end {
+            return Ok(None);
+        }
+        let st = self.state.lock();
+        Ok(st.live.range::<[u8], _>(bounds(start, end)).next_back().map(|(k, v)| (k.clone(), v.clone())))
+    }
+
+    fn write(&self, batch: Batch, sync: bool) -> Result<()> {
+        let mut st = self.state.lock();
+        apply(&mut st.live, &batch);
+        if sync {
+            let pending = std::mem::take(&mut st.pending);
+            for b in pending.iter().chain(std::iter::once(&batch)) {
+                apply(&mut st.durable, b);
+            }
+        } else {
+            st.pending.push(batch);
+        }
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        let st = self.state.lock();
+        st.durable.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crash_keeps_only_synced_writes() {
+        let e = MemEngine::new();
+        let mut b = Batch::default();
+        b.put(b"a".to_vec(), b"1".to_vec());
+        e.write(b, false).unwrap();
+        let mut b = Batch::default();
+        b.put(b"b".to_vec(), b"2".to_vec());
+        e.write(b, true).unwrap();
+        let mut b = Batch::default();
+        b.put(b"c".to_vec(), b"3".to_vec());
+        e.write(b, false).unwrap();
+        assert_eq!(e.scan(b"a", b"z").unwrap().len(), 3);
+        e.crash();
+        let keys: Vec<_> = e.scan(b"a", b"z").unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()], "the sync covers the earlier unsynced write");
+    }
+
+    #[test]
+    fn delete_range_and_last() {
+        let e = MemEngine::new();
+        let mut b = Batch::default();
+        for k in [b"a", b"b", b"c", b"d"] {
+            b.put(k.to_vec(), k.to_vec());
+        }
+        b.delete_range(b"b".to_vec(), b"d".to_vec());
+        e.write(b, true).unwrap();
+        let keys: Vec<_> = e.scan(b"a", b"z").unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![b"a".to_vec(), b"d".to_vec()]);
+        assert_eq!(e.last(b"a", b"d").unwrap().unwrap().0, b"a".to_vec());
+        assert_eq!(e.last(b"e", b"z").unwrap(), None);
+    }
+}

@@ -1,0 +1,72 @@
+//! keel-store's one error enum, named by meaning. Every variant that a client can cause maps to
+//! etcd's exact gRPC code and message in `server::status` (the only place that does so).
+//!
+//! Errors travel inside Raft replies (a rejected Put is a deterministic outcome of applying the
+//! entry), so the enum is serializable and carries no OS handles.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything that can go wrong in the store, by meaning.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum Error {
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: too many operations in txn request")]
+    TooManyOps,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: invalid sort option")]
+    InvalidSortOption,
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRev,
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: not leader")]
+    NotLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    /// On-disk state that does not decode: the member must stop rather than serve it.
+    #[error("etcdserver: corrupt cluster: {0}")]
+    Corrupt(String),
+    /// The storage engine failed (disk full, I/O error).
+    #[error("keel: storage: {0}")]
+    Io(String),
+    /// A feature a client reached that this build does not have yet.
+    #[error("{0}")]
+    Unimplemented(String),
+}
+
+/// keel-store's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<rocksdb::Error> for Error {
+    fn from(e: rocksdb::Error) -> Self {
+        Error::Io(e.to_string())
+    }
+}
+
+impl From<prost::DecodeError> for Error {
+    fn from(e: prost::DecodeError) -> Self {
+        Error::Corrupt(e.to_string())
+    }
+}
+
+impl From<bincode::Error> for Error {
+    fn from(e: bincode::Error) -> Self {
+        Error::Corrupt(e.to_string())
+    }
+}

@@ -1,0 +1,82 @@
+//! The `keel` binary: etcd's command line in, a serving member out. SIGTERM or SIGINT drains
+//! in-flight requests and exits cleanly.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use keel_store::config::{Config, Invocation};
+use keel_store::engine::RocksEngine;
+use keel_store::node::{Member, ETCD_API_VERSION};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+fn main() -> ExitCode {
+    let cfg = match Config::invocation_from(std::env::args_os()) {
+        Ok(Invocation::Run(cfg)) => cfg,
+        Ok(Invocation::PrintVersion) => {
+            println!("keel Version: {}\netcd API Version: {ETCD_API_VERSION}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let level = match cfg.log_level.as_str() {
+        "panic" | "fatal" => "error",
+        l => l,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn"))),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(run(*cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("keel: {e:#}");
+            eprintln!("keel: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    if !cfg.ignored.is_empty() {
+        tracing::warn!(flags = %cfg.ignored.join(" "), "keel accepts these etcd flags but does not act on them");
+    }
+    let addrs = cfg.client_addrs().map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let engine = Arc::new(RocksEngine::open(&cfg.data_dir.join("db"))?);
+    let member = Member::start(&cfg, engine).await?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut servers = Vec::new();
+    for addr in addrs {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(%addr, "serving client requests");
+        let mut rx = stop_rx.clone();
+        let shutdown = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        servers.push(tokio::spawn(keel_store::server::serve(member.clone(), listener, shutdown)));
+    }
+    tracing::info!(name = %cfg.name, id = %format!("{:x}", member.id), cluster = %format!("{:x}", member.cluster_id), "keel member started");
+
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("received SIGTERM, draining"),
+        _ = int.recv() => tracing::info!("received SIGINT, draining"),
+    }
+    let _ = stop_tx.send(true);
+    for s in servers {
+        s.await??;
+    }
+    member.shutdown().await;
+    tracing::info!("keel stopped");
+    Ok(())
+}

@@ -1,0 +1,361 @@
+//! etcd's KV semantics on top of MVCC views: what Range, Put, DeleteRange, Txn and Compact
+//! answer, and when they refuse. These functions are the state machine's applier (writes) and the
+//! read path (Range, read-only Txn); the gRPC layer only validates shapes and fills headers.
+//!
+//! Every refusal happens before the first change, so a refused request changes nothing.
+
+use bytes::Bytes;
+use keel_proto::etcdserverpb::{
+    compare, request_op, response_op, CompactionRequest, CompactionResponse, Compare, DeleteRangeRequest,
+    DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest,
+    TxnResponse,
+};
+use keel_proto::etcdserverpb::{
+    compare::CompareResult, compare::CompareTarget, range_request::SortOrder, range_request::SortTarget,
+};
+use keel_proto::mvccpb::KeyValue;
+
+use super::{ApplyBatch, TxnWrite, View};
+use crate::error::{Error, Result};
+
+/// Leases known to the applier. Until the lease service lands no lease exists, so any non-zero
+/// lease is refused exactly as etcd refuses an unknown one.
+pub trait Leases {
+    fn exists(&self, id: i64) -> bool;
+}
+
+/// The lease table before leases are implemented: empty.
+pub struct NoLeases;
+
+impl Leases for NoLeases {
+    fn exists(&self, _id: i64) -> bool {
+        false
+    }
+}
+
+/// etcd's range end convention on the wire: empty = single key; `"\0"` = every key >= key.
+pub fn range_end(end: &[u8]) -> Option<&[u8]> {
+    match end {
+        [] => None,
+        [0] => Some(&[]),
+        e => Some(e),
+    }
+}
+
+fn header(rev: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader { revision: rev, ..Default::default() })
+}
+
+/// The raw MVCC range: live keys in the range at `rev` (0 = the view's), at most `limit` values
+/// (0 = all), and the total count. Returns (kvs, count).
+fn range_keys(
+    v: &impl View,
+    key: &[u8],
+    end: Option<&[u8]>,
+    rev: i64,
+    limit: i64,
+    count_only: bool,
+) -> Result<(Vec<KeyValue>, i64)> {
+    let cur = v.rev();
+    if rev > cur {
+        return Err(Error::FutureRev);
+    }
+    let at = if rev <= 0 { cur } else { rev };
+    if at < v.compact_rev() {
+        return Err(Error::Compacted);
+    }
+    let mut found = Vec::new();
+    v.index().visit(key, end, at, |_, f| {
+        found.push(f.modified);
+        true
+    });
+    let count = found.len() as i64;
+    if count_only {
+        return Ok((Vec::new(), count));
+    }
+    let take = if limit <= 0 { found.len() } else { found.len().min(limit as usize) };
+    let kvs = found[..take].iter().map(|r| v.load(*r)).collect::<Result<Vec<_>>>()?;
+    Ok((kvs, count))
+}
+
+/// Range as etcd's applier answers it: filters, sort, limit with `more`, `count` of all matches.
+pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
+    let order = SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
+    let target = SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
+    let filtered =
+        r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0;
+    let mut limit = r.limit;
+    if order != SortOrder::None || filtered {
+        limit = 0; // fetch everything; sort and truncate afterwards
+    }
+    if limit > 0 {
+        limit += 1; // one extra tells `more`
+    }
+    let (mut kvs, count) = range_keys(v, &r.key, range_end(&r.range_end), r.revision, limit, r.count_only)?;
+    if r.max_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision <= r.max_mod_revision);
+    }
+    if r.min_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision >= r.min_mod_revision);
+    }
+    if r.max_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision <= r.max_create_revision);
+    }
+    if r.min_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision >= r.min_create_revision);
+    }
+    let order = if target != SortTarget::Key && order == SortOrder::None { SortOrder::Ascend } else { order };
+    if order != SortOrder::None {
+        // Stable sorts: for up to 12 results this is exactly etcd's (Go's insertion sort) order.
+        let cmp = |a: &KeyValue, b: &KeyValue| match target {
+            SortTarget::Key => a.key.cmp(&b.key),
+            SortTarget::Version => a.version.cmp(&b.version),
+            SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+            SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+            SortTarget::Value => a.value.cmp(&b.value),
+        };
+        match order {
+            SortOrder::Ascend => kvs.sort_by(cmp),
+            SortOrder::Descend => kvs.sort_by(|a, b| cmp(b, a)),
+            SortOrder::None => {}
+        }
+    }
+    let mut more = false;
+    if r.limit > 0 && kvs.len() > r.limit as usize {
+        kvs.truncate(r.limit as usize);
+        more = true;
+    }
+    if r.keys_only {
+        for kv in &mut kvs {
+            kv.value = Bytes::new();
+        }
+    }
+    Ok(RangeResponse { header: header(v.rev()), kvs, more, count })
+}
+
+/// Checks a Put against the state before the write: the previous value must exist for
+/// `ignore_value`/`ignore_lease`, and the lease must exist.
+fn check_put(v: &impl View, p: &PutRequest, leases: &dyn Leases) -> Result<()> {
+    if (p.ignore_value || p.ignore_lease) && v.index().get(&p.key, v.rev()).is_none() {
+        return Err(Error::KeyNotFound);
+    }
+    if p.lease != 0 && !leases.exists(p.lease) {
+        return Err(Error::LeaseNotFound);
+    }
+    Ok(())
+}
+
+fn put_op(tw: &mut TxnWrite, p: &PutRequest) -> Result<PutResponse> {
+    let prev = match tw.index().get(&p.key, tw.rev()) {
+        Some(f) if p.ignore_value || p.ignore_lease || p.prev_kv => Some(tw.load(f.modified)?),
+        _ => None,
+    };
+    let value =
+        if p.ignore_value { prev.as_ref().map(|kv| kv.value.clone()).unwrap_or_default() } else { p.value.clone() };
+    let lease = if p.ignore_lease { prev.as_ref().map(|kv| kv.lease).unwrap_or_default() } else { p.lease };
+    let rev = tw.put(&p.key, &value, lease);
+    Ok(PutResponse { header: header(rev), prev_kv: if p.prev_kv { prev } else { None } })
+}
+
+fn delete_op(tw: &mut TxnWrite, d: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
+    let end = range_end(&d.range_end);
+    let prev_kvs = if d.prev_kv { range_keys(tw, &d.key, end, 0, 0, false)?.0 } else { Vec::new() };
+    let deleted = tw.delete_range(&d.key, end);
+    // The new revision if this txn changed anything so far, else the current one (as etcd).
+    Ok(DeleteRangeResponse { header: header(tw.rev()), deleted, prev_kvs })
+}
+
+/// Applies a Put as its own write.
+pub fn put(batch: &mut ApplyBatch, p: &PutRequest, leases: &dyn Leases) -> Result<(PutResponse, Changes)> {
+    let mut tw = batch.txn();
+    check_put(&tw, p, leases)?;
+    let resp = put_op(&mut tw, p)?;
+    let (_, changes) = tw.end();
+    Ok((resp, changes))
+}
+
+/// The changes of one write, for the watch hub: each a value (put) or a bare key (delete).
+pub type Changes = Vec<(KeyValue, bool)>;
+
+/// Applies a DeleteRange as its own write.
+pub fn delete_range(batch: &mut ApplyBatch, d: &DeleteRangeRequest) -> Result<(DeleteRangeResponse, Changes)> {
+    let mut tw = batch.txn();
+    let resp = delete_op(&mut tw, d)?;
+    let (_, changes) = tw.end();
+    Ok((resp, changes))
+}
+
+fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
+    use compare::TargetUnion as T;
+    let ord = match CompareTarget::try_from(c.target) {
+        Ok(CompareTarget::Value) => {
+            let want: &[u8] = match &c.target_union {
+                Some(T::Value(v)) => v,
+                _ => &[],
+            };
+            kv.value.as_ref().cmp(want)
+        }
+        Ok(CompareTarget::Create) => kv.create_revision.cmp(&match c.target_union {
+            Some(T::CreateRevision(r)) => r,
+            _ => 0,
+        }),
+        Ok(CompareTarget::Mod) => kv.mod_revision.cmp(&match c.target_union {
+            Some(T::ModRevision(r)) => r,
+            _ => 0,
+        }),
+        Ok(CompareTarget::Version) => kv.version.cmp(&match c.target_union {
+            Some(T::Version(r)) => r,
+            _ => 0,
+        }),
+        Ok(CompareTarget::Lease) => kv.lease.cmp(&match c.target_union {
+            Some(T::Lease(r)) => r,
+            _ => 0,
+        }),
+        Err(_) => std::cmp::Ordering::Equal,
+    };
+    match CompareResult::try_from(c.result) {
+        Ok(CompareResult::Equal) => ord.is_eq(),
+        Ok(CompareResult::NotEqual) => ord.is_ne(),
+        Ok(CompareResult::Greater) => ord.is_gt(),
+        Ok(CompareResult::Less) => ord.is_lt(),
+        Err(_) => true,
+    }
+}
+
+fn apply_compare(v: &impl View, c: &Compare) -> bool {
+    let Ok((kvs, _)) = range_keys(v, &c.key, range_end(&c.range_end), 0, 0, false) else {
+        return false;
+    };
+    if kvs.is_empty() {
+        // A value compare on missing keys always fails: there is no value to compare.
+        return c.target != CompareTarget::Value as i32 && compare_kv(c, &KeyValue::default());
+    }
+    kvs.iter().all(|kv| compare_kv(c, kv))
+}
+
+/// Evaluates every compare of the txn and its nested txns on the branch taken, all against the
+/// state before the txn (as etcd does), depth first.
+fn compare_path(v: &impl View, t: &TxnRequest, path: &mut Vec<bool>) {
+    let ok = t.compare.iter().all(|c| apply_compare(v, c));
+    path.push(ok);
+    for op in if ok { &t.success } else { &t.failure } {
+        if let Some(request_op::Request::RequestTxn(inner)) = &op.request {
+            compare_path(v, inner, path);
+        }
+    }
+}
+
+/// Pre-checks every op on the chosen path against the state before the txn, so a refused txn
+/// changes nothing.
+fn check_path(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize, leases: &dyn Leases) -> Result<()> {
+    let ok = path[*at];
+    *at += 1;
+    for op in if ok { &t.success } else { &t.failure } {
+        match &op.request {
+            Some(request_op::Request::RequestPut(p)) => check_put(v, p, leases)?,
+            Some(request_op::Request::RequestRange(r)) => {
+                SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
+                SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
+                if r.revision > v.rev() {
+                    return Err(Error::FutureRev);
+                }
+                if r.revision > 0 && r.revision < v.compact_rev() {
+                    return Err(Error::Compacted);
+                }
+            }
+            Some(request_op::Request::RequestTxn(inner)) => check_path(v, inner, path, at, leases)?,
+            Some(request_op::Request::RequestDeleteRange(_)) => {}
+            None => return Err(Error::KeyNotFound),
+        }
+    }
+    Ok(())
+}
+
+fn apply_ops(tw: &mut TxnWrite, t: &TxnRequest, path: &[bool], at: &mut usize) -> Result<TxnResponse> {
+    let ok = path[*at];
+    *at += 1;
+    let mut responses = Vec::new();
+    for op in if ok { &t.success } else { &t.failure } {
+        let resp = match &op.request {
+            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(range(tw, r)?),
+            Some(request_op::Request::RequestPut(p)) => response_op::Response::ResponsePut(put_op(tw, p)?),
+            Some(request_op::Request::RequestDeleteRange(d)) => {
+                response_op::Response::ResponseDeleteRange(delete_op(tw, d)?)
+            }
+            Some(request_op::Request::RequestTxn(inner)) => {
+                let mut r = apply_ops(tw, inner, path, at)?;
+                r.header = Some(ResponseHeader::default());
+                response_op::Response::ResponseTxn(r)
+            }
+            None => return Err(Error::KeyNotFound),
+        };
+        responses.push(ResponseOp { response: Some(resp) });
+    }
+    Ok(TxnResponse { header: None, succeeded: ok, responses })
+}
+
+/// Whether every op of the txn, on both branches and nested, only reads.
+pub fn is_read_only(t: &TxnRequest) -> bool {
+    t.success.iter().chain(&t.failure).all(|op| match &op.request {
+        Some(request_op::Request::RequestRange(_)) => true,
+        Some(request_op::Request::RequestTxn(inner)) => is_read_only(inner),
+        _ => false,
+    })
+}
+
+fn txn_in(tw: &mut TxnWrite, t: &TxnRequest, leases: &dyn Leases) -> Result<TxnResponse> {
+    let mut path = Vec::new();
+    compare_path(tw, t, &mut path);
+    check_path(tw, t, &path, &mut 0, leases)?;
+    apply_ops(tw, t, &path, &mut 0)
+}
+
+/// Applies a Txn as one write (one revision for all its changes).
+pub fn txn(batch: &mut ApplyBatch, t: &TxnRequest, leases: &dyn Leases) -> Result<(TxnResponse, Changes)> {
+    let mut tw = batch.txn();
+    let mut resp = txn_in(&mut tw, t, leases)?;
+    let (rev, changes) = tw.end();
+    resp.header = header(rev);
+    Ok((resp, changes))
+}
+
+/// Answers a read-only Txn from a read view.
+pub fn txn_read(v: &impl View, t: &TxnRequest) -> Result<TxnResponse> {
+    let mut path = Vec::new();
+    compare_path(v, t, &mut path);
+    check_path(v, t, &path, &mut 0, &NoLeases)?;
+    let mut resp = read_ops(v, t, &path, &mut 0)?;
+    resp.header = header(v.rev());
+    Ok(resp)
+}
+
+fn read_ops(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize) -> Result<TxnResponse> {
+    let ok = path[*at];
+    *at += 1;
+    let mut responses = Vec::new();
+    for op in if ok { &t.success } else { &t.failure } {
+        let resp = match &op.request {
+            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(range(v, r)?),
+            Some(request_op::Request::RequestTxn(inner)) => {
+                let mut r = read_ops(v, inner, path, at)?;
+                r.header = Some(ResponseHeader::default());
+                response_op::Response::ResponseTxn(r)
+            }
+            _ => return Err(Error::KeyNotFound),
+        };
+        responses.push(ResponseOp { response: Some(resp) });
+    }
+    Ok(TxnResponse { header: None, succeeded: ok, responses })
+}
+
+/// Compacts at the requested revision: it must be above the compacted one and not in the future.
+pub fn compact(batch: &mut ApplyBatch, c: &CompactionRequest) -> Result<CompactionResponse> {
+    if c.revision <= batch.compact_rev() {
+        return Err(Error::Compacted);
+    }
+    if c.revision > batch.current_rev() {
+        return Err(Error::FutureRev);
+    }
+    batch.compact(c.revision);
+    Ok(CompactionResponse { header: header(batch.current_rev()) })
+}

@@ -1,0 +1,310 @@
+//! MVCC: etcd's revisioned keyspace over the storage engine.
+//!
+//! The store owns the history (every revision of every key, `keys::rev_key`), the in-memory
+//! [`index::Index`] over it, the current revision and the compacted revision. Invariants:
+//! - the revision starts at 1 on a new store and grows by one per write that changes something;
+//!   reads, failed compares and no-op deletes do not move it;
+//! - all changes of one write share its main revision, ordered by `sub`;
+//! - a read at revision `r` sees exactly the writes with main revision `<= r`;
+//! - below the compacted revision nothing can be read; at and above it, history is complete.
+//!
+//! Concurrency: [`Mvcc::read`] takes the state lock shared; [`Mvcc::apply`] takes it exclusively
+//! for a whole applied batch, including the engine write, so a reader never sees a revision whose
+//! batch is not yet durable. Lock order: the state lock is the only lock here.
+
+pub mod index;
+pub mod keys;
+pub mod kv;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use keel_proto::mvccpb::KeyValue;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use prost::Message;
+
+use crate::engine::{Batch, Engine};
+use crate::error::{Error, Result};
+use index::Index;
+use keys::Rev;
+
+struct State {
+    index: Index,
+    /// The current (newest) revision.
+    rev: i64,
+    /// The compacted revision; -1 before the first compaction (as etcd).
+    compact_rev: i64,
+}
+
+/// The MVCC store. Share it behind an `Arc`.
+pub struct Mvcc {
+    engine: Arc<dyn Engine>,
+    state: RwLock<State>,
+}
+
+const META_REV: &str = "rev";
+const META_COMPACT: &str = "compact";
+
+/// A consistent view of the store at one revision.
+pub trait View {
+    fn index(&self) -> &Index;
+    /// The revision this view reads at.
+    fn rev(&self) -> i64;
+    fn compact_rev(&self) -> i64;
+    /// The stored value of a live (non-tombstone) revision.
+    fn load(&self, rev: Rev) -> Result<KeyValue>;
+}
+
+fn decode_kv(rev: Rev, bytes: Option<Vec<u8>>) -> Result<KeyValue> {
+    let bytes =
+        bytes.ok_or_else(|| Error::Corrupt(format!("revision {}.{} is indexed but not stored", rev.main, rev.sub)))?;
+    Ok(KeyValue::decode(bytes.as_slice())?)
+}
+
+impl Mvcc {
+    /// Opens the store on `engine`, rebuilding the index from the stored history.
+    pub fn open(engine: Arc<dyn Engine>) -> Result<Self> {
+        let mut index = Index::default();
+        let mut last_rev = 1;
+        let mut err = None;
+        engine.for_each(&[keys::HISTORY], &keys::prefix_end(keys::HISTORY), &mut |k, v| {
+            let mut step = || -> Result<()> {
+                let (rev, tomb) = keys::decode_rev_key(k)?;
+                let kv = KeyValue::decode(v)?;
+                if tomb {
+                    index.tombstone(&kv.key, rev);
+                } else {
+                    index.restore_put(&kv.key, rev, kv.create_revision, kv.version);
+                }
+                last_rev = rev.main;
+                Ok(())
+            };
+            match step() {
+                Ok(()) => true,
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        let read_i64 = |name: &str| -> Result<Option<i64>> {
+            match engine.get(&keys::sm_meta(name))? {
+                None => Ok(None),
+                Some(b) => Ok(Some(i64::from_be_bytes(
+                    b.as_slice().try_into().map_err(|_| Error::Corrupt(format!("bad meta {name}")))?,
+                ))),
+            }
+        };
+        let rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
+        let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
+        Ok(Self { engine, state: RwLock::new(State { index, rev, compact_rev }) })
+    }
+
+    /// A read view at the current revision. Holds the state lock shared until dropped.
+    pub fn read(&self) -> ReadView<'_> {
+        ReadView { state: self.state.read(), engine: &*self.engine }
+    }
+
+    /// The current revision.
+    pub fn current_rev(&self) -> i64 {
+        self.state.read().rev
+    }
+
+    /// The compacted revision (-1 if never compacted).
+    pub fn compact_rev(&self) -> i64 {
+        self.state.read().compact_rev
+    }
+
+    /// Starts applying a batch of writes. Readers wait until the batch is committed or dropped.
+    pub fn apply(&self) -> ApplyBatch<'_> {
+        ApplyBatch {
+            state: self.state.write(),
+            engine: &*self.engine,
+            batch: Batch::default(),
+            overlay: HashMap::new(),
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// Re-reads everything from the engine (after a snapshot was installed underneath).
+    pub fn reload(&self) -> Result<()> {
+        let fresh = Mvcc::open(self.engine.clone())?;
+        *self.state.write() = fresh.state.into_inner();
+        Ok(())
+    }
+}
+
+/// A read-only view at the current revision.
+pub struct ReadView<'a> {
+    state: RwLockReadGuard<'a, State>,
+    engine: &'a dyn Engine,
+}
+
+impl View for ReadView<'_> {
+    fn index(&self) -> &Index {
+        &self.state.index
+    }
+    fn rev(&self) -> i64 {
+        self.state.rev
+    }
+    fn compact_rev(&self) -> i64 {
+        self.state.compact_rev
+    }
+    fn load(&self, rev: Rev) -> Result<KeyValue> {
+        decode_kv(rev, self.engine.get(&keys::rev_key(rev, false))?)
+    }
+}
+
+/// The writes of one applied batch of Raft entries, committed to the engine in one atomic
+/// write. Holds the state lock exclusively: dropping it without [`ApplyBatch::commit`] leaves the
+/// in-memory state ahead of the disk, so callers must stop the member in that case.
+pub struct ApplyBatch<'a> {
+    state: RwLockWriteGuard<'a, State>,
+    engine: &'a dyn Engine,
+    batch: Batch,
+    /// Writes of this batch not yet in the engine, by history key (None: deleted).
+    overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'a> ApplyBatch<'a> {
+    /// Starts one write (one main revision) inside the batch.
+    pub fn txn(&mut self) -> TxnWrite<'_, 'a> {
+        let begin_rev = self.state.rev;
+        TxnWrite { batch: self, begin_rev, changes: Vec::new() }
+    }
+
+    /// A read-only view of the state including the batch's writes so far.
+    pub fn view(&mut self) -> TxnWrite<'_, 'a> {
+        self.txn()
+    }
+
+    /// Adds a metadata write (e.g. the applied log id) to the batch.
+    pub fn put_meta(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.batch.put(key, value);
+    }
+
+    /// Compacts the history at `rev`: validated by the caller against the current and compacted
+    /// revisions. Returns the number of history entries dropped.
+    pub fn compact(&mut self, rev: i64) -> usize {
+        let dropped = self.state.index.compact(rev);
+        for (r, tomb) in &dropped {
+            let k = keys::rev_key(*r, *tomb);
+            self.overlay.insert(k.clone(), None);
+            self.batch.delete(k);
+        }
+        self.state.compact_rev = rev;
+        self.batch.put(keys::sm_meta(META_COMPACT), rev.to_be_bytes().to_vec());
+        dropped.len()
+    }
+
+    pub fn current_rev(&self) -> i64 {
+        self.state.rev
+    }
+
+    pub fn compact_rev(&self) -> i64 {
+        self.state.compact_rev
+    }
+
+    /// Writes the batch atomically (synced when `sync`), then lets readers in.
+    pub fn commit(mut self, sync: bool) -> Result<()> {
+        let rev = self.state.rev;
+        self.batch.put(keys::sm_meta(META_REV), rev.to_be_bytes().to_vec());
+        let batch = std::mem::take(&mut self.batch);
+        self.engine.write(batch, sync)
+    }
+}
+
+/// One write transaction: every change it makes gets main revision `begin_rev + 1`.
+pub struct TxnWrite<'b, 'a> {
+    batch: &'b mut ApplyBatch<'a>,
+    begin_rev: i64,
+    /// The changes so far: puts as full values, deletes as a KeyValue with only `key` set.
+    changes: Vec<(KeyValue, bool)>,
+}
+
+impl TxnWrite<'_, '_> {
+    fn next_rev(&self) -> Rev {
+        Rev::new(self.begin_rev + 1, self.changes.len() as i64)
+    }
+
+    /// Puts `key`; returns the revision of the write.
+    pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> i64 {
+        let rev = self.next_rev();
+        let (created, version) = self.batch.state.index.put(key, rev);
+        let kv = KeyValue {
+            key: key.to_vec().into(),
+            create_revision: created,
+            mod_revision: rev.main,
+            version,
+            value: value.to_vec().into(),
+            lease,
+        };
+        let k = keys::rev_key(rev, false);
+        let bytes = kv.encode_to_vec();
+        self.batch.overlay.insert(k.clone(), Some(bytes.clone()));
+        self.batch.batch.put(k, bytes);
+        self.changes.push((kv, false));
+        rev.main
+    }
+
+    /// Deletes every live key in the range; returns how many were deleted.
+    pub fn delete_range(&mut self, key: &[u8], end: Option<&[u8]>) -> i64 {
+        let at = self.rev();
+        let mut doomed = Vec::new();
+        self.batch.state.index.visit(key, end, at, |k, _| {
+            doomed.push(k.to_vec());
+            true
+        });
+        for k in &doomed {
+            let rev = self.next_rev();
+            self.batch.state.index.tombstone(k, rev);
+            let kv = KeyValue { key: k.clone().into(), ..Default::default() };
+            let hk = keys::rev_key(rev, true);
+            let bytes = kv.encode_to_vec();
+            self.batch.overlay.insert(hk.clone(), Some(bytes.clone()));
+            self.batch.batch.put(hk, bytes);
+            self.changes.push((kv, true));
+        }
+        doomed.len() as i64
+    }
+
+    /// Whether this transaction changed anything.
+    pub fn changed(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
+    /// Ends the transaction, advancing the store revision if it changed anything. Returns the
+    /// resulting revision and the changes (put or delete, in order) for the watch hub.
+    pub fn end(self) -> (i64, Vec<(KeyValue, bool)>) {
+        if self.changes.is_empty() {
+            return (self.begin_rev, self.changes);
+        }
+        self.batch.state.rev = self.begin_rev + 1;
+        (self.begin_rev + 1, self.changes)
+    }
+}
+
+impl View for TxnWrite<'_, '_> {
+    fn index(&self) -> &Index {
+        &self.batch.state.index
+    }
+    fn rev(&self) -> i64 {
+        self.begin_rev + if self.changes.is_empty() { 0 } else { 1 }
+    }
+    fn compact_rev(&self) -> i64 {
+        self.batch.state.compact_rev
+    }
+    fn load(&self, rev: Rev) -> Result<KeyValue> {
+        let k = keys::rev_key(rev, false);
+        match self.batch.overlay.get(&k) {
+            Some(v) => decode_kv(rev, v.clone()),
+            None => decode_kv(rev, self.batch.engine.get(&k)?),
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! A keel member: the engine, MVCC, openraft and the limits, put together. The gRPC services hold
+//! an `Arc<Member>` and call [`Member::write`] (every write is a Raft command) and
+//! [`Member::linearize`] (the read barrier before a linearizable read).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_proto::etcdserverpb::ResponseHeader;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::BasicNode;
+use sha1::{Digest, Sha1};
+
+use crate::config::{ClusterState, Config};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::mvcc::Mvcc;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::NoPeers;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::{Command, Raft, Reply};
+
+/// The etcd API version keel speaks (reported by `/version` and `Maintenance.Status`).
+pub const ETCD_API_VERSION: &str = "3.5.0";
+/// The cluster version keel reports.
+pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
+
+/// Request limits enforced at the gRPC edge.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_request_bytes: u64,
+    pub max_txn_ops: usize,
+}
+
+/// One running member.
+pub struct Member {
+    pub id: u64,
+    pub cluster_id: u64,
+    pub name: String,
+    pub raft: Raft,
+    pub mvcc: Arc<Mvcc>,
+    pub limits: Limits,
+    /// How long a request may wait for Raft before answering `etcdserver: request timed out`.
+    pub request_timeout: Duration,
+    engine: Arc<dyn Engine>,
+}
+
+/// etcd's member id: the first 8 bytes (big endian) of SHA-1 over the sorted peer URLs and the
+/// cluster token.
+pub fn member_id(peer_urls: &[String], token: &str) -> u64 {
+    let mut urls = peer_urls.to_vec();
+    urls.sort();
+    let mut h = Sha1::new();
+    for u in &urls {
+        h.update(u.as_bytes());
+    }
+    h.update(token.as_bytes());
+    u64::from_be_bytes(h.finalize()[..8].try_into().unwrap())
+}
+
+/// etcd's cluster id: SHA-1 over the sorted member ids (big endian), first 8 bytes.
+pub fn cluster_id(member_ids: &[u64]) -> u64 {
+    let mut ids = member_ids.to_vec();
+    ids.sort();
+    let mut h = Sha1::new();
+    for id in ids {
+        h.update(id.to_be_bytes());
+    }
+    u64::from_be_bytes(h.finalize()[..8].try_into().unwrap())
+}
+
+impl Member {
+    /// Starts a member on `engine` per `cfg`; bootstraps a new single-member cluster on first start.
+    pub async fn start(cfg: &Config, engine: Arc<dyn Engine>) -> anyhow::Result<Arc<Member>> {
+        let mut by_name: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (n, u) in &cfg.initial_cluster {
+            by_name.entry(n.as_str()).or_default().push(u.clone());
+        }
+        let ids: Vec<u64> = by_name.values().map(|urls| member_id(urls, &cfg.initial_cluster_token)).collect();
+        let Some(my_urls) = by_name.get(cfg.name.as_str()) else {
+            anyhow::bail!("couldn't find local name {:?} in the initial cluster configuration", cfg.name);
+        };
+        if by_name.len() > 1 {
+            anyhow::bail!("keel: this build serves single-member clusters only; multi-member --initial-cluster is not supported yet");
+        }
+        let id = member_id(my_urls, &cfg.initial_cluster_token);
+        let cluster_id = cluster_id(&ids);
+
+        let mvcc = Arc::new(Mvcc::open(engine.clone())?);
+        let sm = StateMachine::open(mvcc.clone())?;
+        let log = LogStore::new(engine.clone());
+        let rcfg = openraft::Config {
+            cluster_name: cfg.initial_cluster_token.clone(),
+            heartbeat_interval: cfg.heartbeat_interval_ms,
+            election_timeout_min: cfg.election_timeout_ms,
+            election_timeout_max: cfg.election_timeout_ms * 2,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_count.max(1)),
+            max_in_snapshot_log_to_keep: 5000,
+            ..Default::default()
+        };
+        let rcfg = Arc::new(rcfg.validate()?);
+        let raft = Raft::new(id, rcfg, NoPeers, log, sm).await?;
+        if !raft.is_initialized().await? {
+            if cfg.initial_cluster_state == ClusterState::Existing {
+                anyhow::bail!("keel: joining an existing cluster is not supported by this build yet");
+            }
+            let mut members = BTreeMap::new();
+            members.insert(id, BasicNode { addr: my_urls.join(",") });
+            raft.initialize(members).await?;
+        }
+        let request_timeout = Duration::from_millis(5000 + 2 * cfg.election_timeout_ms);
+        Ok(Arc::new(Member {
+            id,
+            cluster_id,
+            name: cfg.name.clone(),
+            raft,
+            mvcc,
+            limits: Limits { max_request_bytes: cfg.max_request_bytes, max_txn_ops: cfg.max_txn_ops },
+            request_timeout,
+            engine,
+        }))
+    }
+
+    /// Proposes a write and waits until it is applied (and synced) here.
+    pub async fn write(&self, cmd: Command) -> Result<Reply> {
+        let res = tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await;
+        match res {
+            Err(_) => Err(Error::Timeout),
+            Ok(Ok(resp)) => resp.data.0,
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(if f.leader_id.is_some() { Error::NotLeader } else { Error::NoLeader })
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => Err(Error::Io(e.to_string())),
+            Ok(Err(RaftError::Fatal(_))) => Err(Error::Stopped),
+        }
+    }
+
+    /// The read barrier: returns once this member has applied everything committed when it was
+    /// called, and it was leader then (ReadIndex).
+    pub async fn linearize(&self) -> Result<()> {
+        match tokio::time::timeout(self.request_timeout, self.raft.ensure_linearizable()).await {
+            Err(_) => Err(Error::Timeout),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(_))) => Err(Error::NoLeader),
+            Ok(Err(RaftError::Fatal(_))) => Err(Error::Stopped),
+        }
+    }
+
+    /// The current Raft term.
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// Fills a response header as etcd does: ids, term, and the current revision if unset.
+    pub fn fill(&self, h: &mut Option<ResponseHeader>) {
+        let h = h.get_or_insert_with(Default::default);
+        h.cluster_id = self.cluster_id;
+        h.member_id = self.id;
+        h.raft_term = self.term();
+        if h.revision == 0 {
+            h.revision = self.mvcc.current_rev();
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// Stops Raft; in-flight writes are answered first or fail with `server stopped`.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_match_etcds_defaults() {
+        // A default `etcd` (peer URL http://localhost:2380, token etcd-cluster) is member
+        // 8e9e05c52164694d of cluster cdf818194e3a8c32.
+        let id = member_id(&["http://localhost:2380".to_string()], "etcd-cluster");
+        assert_eq!(format!("{id:x}"), "8e9e05c52164694d");
+        assert_eq!(format!("{:x}", cluster_id(&[id])), "cdf818194e3a8c32");
+    }
+}

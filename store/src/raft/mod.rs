@@ -1,0 +1,107 @@
+//! Raft: every write is a [`Command`] in openraft's log, even on a single member.
+//!
+//! - [`log_store::LogStore`]: the Raft log and vote on the storage engine (prefixes `l`, `v`);
+//!   appends are synced before openraft is told they are flushed.
+//! - [`state_machine::StateMachine`]: applies committed commands to MVCC; the applied log id and
+//!   membership go into the same atomic, synced batch as the data, one batch per `apply` call.
+//!
+//! Apply is deterministic: everything a command needs (the request, chosen ids) is in the entry.
+
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+
+use std::fmt;
+use std::io::Cursor;
+
+use keel_proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
+    TxnRequest, TxnResponse,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::Error;
+
+openraft::declare_raft_types!(
+    /// keel's openraft type configuration.
+    pub TypeConfig:
+        D = Command,
+        R = Applied,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// keel's Raft handle.
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type LogId = openraft::LogId<u64>;
+pub type StorageError = openraft::StorageError<u64>;
+
+/// A protobuf message carried through serde (the Raft log, Raft RPC) as its protobuf bytes.
+#[derive(Clone, PartialEq, Default)]
+pub struct Proto<T>(pub T);
+
+impl<T: fmt::Debug> fmt::Debug for Proto<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: prost::Message> Serialize for Proto<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.encode_to_vec().serialize(s)
+    }
+}
+
+impl<'de, T: prost::Message + Default> Deserialize<'de> for Proto<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let bytes = Vec::<u8>::deserialize(d)?;
+        T::decode(bytes.as_slice()).map(Proto).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A write, as proposed to Raft and applied by every member.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Command {
+    Put(Proto<PutRequest>),
+    DeleteRange(Proto<DeleteRangeRequest>),
+    Txn(Proto<TxnRequest>),
+    Compact(Proto<CompactionRequest>),
+}
+
+/// What applying one entry produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    /// Blank and membership entries.
+    None,
+    Put(Proto<PutResponse>),
+    DeleteRange(Proto<DeleteRangeResponse>),
+    Txn(Proto<TxnResponse>),
+    Compact(Proto<CompactionResponse>),
+}
+
+/// The reply to a command: a deterministic refusal is as much an outcome as a success.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Applied(pub Result<Reply, Error>);
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Put(_) => f.write_str("put"),
+            Command::DeleteRange(_) => f.write_str("delete_range"),
+            Command::Txn(_) => f.write_str("txn"),
+            Command::Compact(_) => f.write_str("compact"),
+        }
+    }
+}
+
+/// Wraps an engine failure as openraft's storage error (which stops the member).
+pub(crate) fn io_err(
+    e: impl std::fmt::Display,
+    what: openraft::ErrorSubject<u64>,
+    verb: openraft::ErrorVerb,
+) -> StorageError {
+    openraft::StorageIOError::new(what, verb, openraft::AnyError::error(e.to_string())).into()
+}

@@ -1,0 +1,235 @@
+//! The state machine: applies committed commands to MVCC.
+//!
+//! Durability: one `apply` call is one atomic engine batch holding every entry's data, the
+//! applied log id and the membership; it is synced before `apply` returns, so no reply leaves
+//! before its write is durable (group commit: one sync per applied batch, not per entry).
+//! Applied indexes are checked to be contiguous. A failure that is not a deterministic refusal
+//! (an engine error) is returned to openraft as a storage error, which stops the member rather
+//! than letting replicas diverge.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StoredMembership};
+use parking_lot::Mutex;
+
+use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
+use crate::engine::{Batch, Pair};
+use crate::error::{Error, Result};
+use crate::mvcc::{keys, kv, ApplyBatch, Mvcc};
+
+type Membership = StoredMembership<u64, openraft::BasicNode>;
+
+const APPLIED: &str = "applied";
+const MEMBERSHIP: &str = "membership";
+
+struct AppliedState {
+    last: Option<LogId>,
+    membership: Membership,
+}
+
+/// A snapshot: the state machine's keys (prefixes `m` and `r`) at one applied log id.
+#[derive(Clone)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<u64, openraft::BasicNode>,
+    data: Vec<u8>,
+}
+
+/// The state machine. Clones share state.
+#[derive(Clone)]
+pub struct StateMachine {
+    mvcc: Arc<Mvcc>,
+    applied: Arc<Mutex<AppliedState>>,
+    snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
+    snapshot_seq: Arc<Mutex<u64>>,
+    /// Refuse a gap between applied indexes (always on in a member; see [`Self::allow_gaps`]).
+    contiguous: bool,
+}
+
+fn read_meta<T: serde::de::DeserializeOwned>(mvcc: &Mvcc, name: &str) -> Result<Option<T>> {
+    match mvcc.engine().get(&keys::sm_meta(name))? {
+        None => Ok(None),
+        Some(b) => Ok(Some(bincode::deserialize(&b)?)),
+    }
+}
+
+/// Applies one command inside the batch. Refusals are replies; only engine failures are errors.
+pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Error> {
+    let leases = kv::NoLeases;
+    Ok(match cmd {
+        Command::Put(Proto(p)) => Reply::Put(Proto(kv::put(batch, p, &leases)?.0)),
+        Command::DeleteRange(Proto(d)) => Reply::DeleteRange(Proto(kv::delete_range(batch, d)?.0)),
+        Command::Txn(Proto(t)) => Reply::Txn(Proto(kv::txn(batch, t, &leases)?.0)),
+        Command::Compact(Proto(c)) => Reply::Compact(Proto(kv::compact(batch, c)?)),
+    })
+}
+
+/// Whether an error from applying a command is a deterministic refusal (the same on every member)
+/// rather than a local failure.
+fn is_deterministic(e: &Error) -> bool {
+    !matches!(e, Error::Io(_) | Error::Corrupt(_))
+}
+
+impl StateMachine {
+    /// Opens the state machine over `mvcc`, reading the applied log id and membership.
+    pub fn open(mvcc: Arc<Mvcc>) -> Result<Self> {
+        let last = read_meta::<LogId>(&mvcc, APPLIED)?;
+        let membership = read_meta::<Membership>(&mvcc, MEMBERSHIP)?.unwrap_or_default();
+        Ok(Self {
+            mvcc,
+            applied: Arc::new(Mutex::new(AppliedState { last, membership })),
+            snapshot: Arc::new(Mutex::new(None)),
+            snapshot_seq: Arc::new(Mutex::new(0)),
+            contiguous: true,
+        })
+    }
+
+    /// Accepts gaps between applied indexes (indexes must still grow). Only for openraft's
+    /// conformance suite, which applies synthetic entries with gaps; a member never uses it.
+    pub fn allow_gaps(mut self) -> Self {
+        self.contiguous = false;
+        self
+    }
+
+    pub fn mvcc(&self) -> &Arc<Mvcc> {
+        &self.mvcc
+    }
+
+    /// The last applied log id.
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.applied.lock().last
+    }
+
+    /// Every state-machine pair, read under the MVCC state lock so no apply interleaves.
+    fn dump(&self) -> Result<Vec<Pair>> {
+        let _view = self.mvcc.read();
+        let e = self.mvcc.engine();
+        let mut pairs = e.scan(&[keys::HISTORY], &keys::prefix_end(keys::HISTORY))?;
+        pairs.extend(e.scan(&[keys::SM_META], &keys::prefix_end(keys::SM_META))?);
+        Ok(pairs)
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (last, membership) = {
+            let a = self.applied.lock();
+            (a.last, a.membership.clone())
+        };
+        let pairs = self.dump().map_err(|e| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Read))?;
+        let data = bincode::serialize(&pairs).expect("pairs serialize");
+        let seq = {
+            let mut s = self.snapshot_seq.lock();
+            *s += 1;
+            *s
+        };
+        let snapshot_id = match last {
+            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, seq),
+            None => format!("--{seq}"),
+        };
+        let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id };
+        *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data: data.clone() });
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
+        let a = self.applied.lock();
+        Ok((a.last, a.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = openraft::Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let sm_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Write);
+        let mut applied = self.applied.lock();
+        let mut batch = self.mvcc.apply();
+        let mut replies = Vec::new();
+        let mut last = applied.last;
+        let mut membership = applied.membership.clone();
+        for entry in entries {
+            if let Some(prev) = last {
+                let ok = if self.contiguous {
+                    entry.log_id.index == prev.index + 1
+                } else {
+                    entry.log_id.index > prev.index
+                };
+                if !ok {
+                    return Err(sm_err(Error::Corrupt(format!(
+                        "applied indexes not contiguous: {} after {}",
+                        entry.log_id.index, prev.index
+                    ))));
+                }
+            }
+            last = Some(entry.log_id);
+            let reply = match &entry.payload {
+                EntryPayload::Blank => Ok(Reply::None),
+                EntryPayload::Normal(cmd) => match apply_command(&mut batch, cmd) {
+                    Err(e) if !is_deterministic(&e) => return Err(sm_err(e)),
+                    r => r,
+                },
+                EntryPayload::Membership(m) => {
+                    membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                    Ok(Reply::None)
+                }
+            };
+            replies.push(Applied(reply));
+        }
+        if let Some(l) = last {
+            batch.put_meta(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
+        }
+        batch.put_meta(keys::sm_meta(MEMBERSHIP), bincode::serialize(&membership).expect("membership serializes"));
+        batch.commit(true).map_err(sm_err)?;
+        applied.last = last;
+        applied.membership = membership;
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let snap_err = |e: Error| io_err(e, ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write);
+        let data = snapshot.into_inner();
+        let pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
+        let mut b = Batch::default();
+        b.delete_range(vec![keys::HISTORY], keys::prefix_end(keys::HISTORY));
+        b.delete_range(vec![keys::SM_META], keys::prefix_end(keys::SM_META));
+        for (k, v) in pairs {
+            b.put(k, v);
+        }
+        // The snapshot's own applied id and membership win over whatever the data carried.
+        if let Some(l) = meta.last_log_id {
+            b.put(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
+        }
+        b.put(keys::sm_meta(MEMBERSHIP), bincode::serialize(&meta.last_membership).expect("membership serializes"));
+        {
+            let mut applied = self.applied.lock();
+            self.mvcc.engine().write(b, true).map_err(snap_err)?;
+            self.mvcc.reload().map_err(snap_err)?;
+            applied.last = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+        }
+        *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        Ok(self.snapshot.lock().clone().map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}

@@ -1,0 +1,27 @@
+//! etcd's plain-HTTP endpoints on the client URL: `/health` and `/version`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::node::{Member, ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
+
+pub fn router(member: Arc<Member>) -> Router {
+    Router::new().route("/health", get(health)).route("/version", get(version)).with_state(member)
+}
+
+/// Healthy when this member knows a leader and a linearizable read barrier passes, as etcd's
+/// `/health` checks with a quorum read.
+async fn health(State(m): State<Arc<Member>>) -> (http::StatusCode, Json<Value>) {
+    match m.linearize().await {
+        Ok(()) => (http::StatusCode::OK, Json(json!({"health": "true", "reason": ""}))),
+        Err(e) => (http::StatusCode::SERVICE_UNAVAILABLE, Json(json!({"health": "false", "reason": e.to_string()}))),
+    }
+}
+
+async fn version() -> Json<Value> {
+    Json(json!({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION}))
+}

@@ -73,7 +73,11 @@ async fn acknowledged_writes_survive_sigkill() {
 
     let mut kv = server.kv().await;
     let all = kv
-        .range(RangeRequest { key: Bytes::from_static(b"w"), range_end: Bytes::from_static(b"x"), ..Default::default() })
+        .range(RangeRequest {
+            key: Bytes::from_static(b"w"),
+            range_end: Bytes::from_static(b"x"),
+            ..Default::default()
+        })
         .await
         .expect("range after restart")
         .into_inner();
@@ -81,7 +85,10 @@ async fn acknowledged_writes_survive_sigkill() {
         .kvs
         .iter()
         .map(|kv| {
-            (String::from_utf8(kv.key.to_vec()).unwrap(), String::from_utf8(kv.value.to_vec()).unwrap().parse().unwrap())
+            (
+                String::from_utf8(kv.key.to_vec()).unwrap(),
+                String::from_utf8(kv.value.to_vec()).unwrap().parse().unwrap(),
+            )
         })
         .collect();
     for (key, last_acked) in &acked {

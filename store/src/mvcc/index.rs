@@ -127,7 +127,7 @@ pub struct Index {
 pub fn in_range<'a>(key: &'a [u8], end: Option<&'a [u8]>) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
     match end {
         None => (Bound::Included(key), Bound::Included(key)),
-        Some(e) if e.is_empty() => (Bound::Included(key), Bound::Unbounded),
+        Some([]) => (Bound::Included(key), Bound::Unbounded),
         Some(e) => (Bound::Included(key), Bound::Excluded(e)),
     }
 }

@@ -167,6 +167,11 @@ fn delete_op(tw: &mut TxnWrite, d: &DeleteRangeRequest) -> Result<DeleteRangeRes
 
 /// Applies a Put as its own write.
 pub fn put(batch: &mut ApplyBatch, p: &PutRequest, leases: &dyn Leases) -> Result<(PutResponse, Changes)> {
+    // A Put on its own checks the lease before the previous value (a Put inside a txn checks
+    // in the other order, see `check_put`), as etcd's applier does.
+    if p.lease != 0 && !leases.exists(p.lease) {
+        return Err(Error::LeaseNotFound);
+    }
     let mut tw = batch.txn();
     check_put(&tw, p, leases)?;
     let resp = put_op(&mut tw, p)?;
@@ -259,7 +264,8 @@ fn check_path(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize, leas
                 if r.revision > v.rev() {
                     return Err(Error::FutureRev);
                 }
-                if r.revision > 0 && r.revision < v.compact_rev() {
+                // As etcd: any non-zero revision below the compacted one, negative ones too.
+                if r.revision != 0 && r.revision < v.compact_rev() {
                     return Err(Error::Compacted);
                 }
             }

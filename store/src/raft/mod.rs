@@ -7,8 +7,11 @@
 //!
 //! Apply is deterministic: everything a command needs (the request, chosen ids) is in the entry.
 
+// openraft's traits return its own (large) StorageError; our helpers return the same type.
+#[allow(clippy::result_large_err)]
 pub mod log_store;
 pub mod network;
+#[allow(clippy::result_large_err)]
 pub mod state_machine;
 
 use std::fmt;

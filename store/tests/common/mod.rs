@@ -1,0 +1,372 @@
+//! Shared support for keel's integration tests: start a real etcd or a keel process with the very
+//! same etcd command-line flags, wait until it serves, talk to it over gRPC, restart it on the same
+//! data directory, and make sure it is gone when the test ends.
+//!
+//! A [`Server`] owns its child process and a temporary directory holding the data dir and the
+//! server's combined stdout/stderr (`server.log`). Dropping the handle kills the process (SIGKILL),
+//! reaps it and removes the directory — also when the test panics, in which case the tail of the
+//! server log is printed first. As a second line of defence the child gets `PR_SET_PDEATHSIG`, so
+//! it dies with the thread that spawned it if the test process is killed outright. Spawn servers
+//! from the test's own thread (as `#[tokio::test]` does), never from `spawn_blocking`, whose
+//! threads come and go.
+//!
+//! Ports are picked by binding `127.0.0.1:0` (both ports held at once, so they differ) and
+//! released just before the spawn. Should another process grab one in between, the start is
+//! retried with fresh ports.
+//!
+//! `KEEL_DIFF_AGAINST=etcd` makes [`Kind::under_test`] a second etcd instead of keel: the
+//! differential tests then compare etcd with etcd, which must show no difference. That validates
+//! the harness itself.
+
+#![allow(dead_code)]
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use keel_proto::etcdserverpb::kv_client::KvClient;
+use keel_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use keel_proto::etcdserverpb::{RangeRequest, StatusRequest};
+use tonic::transport::{Channel, Endpoint};
+
+/// How long a server may take from spawn to answering requests.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Per-request deadline on channels handed out by [`Server::channel`]: a hung server turns into a
+/// `DeadlineExceeded` answer (and so into a reported difference) instead of a hung test.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Which binary a [`Server`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The real etcd (`etcd` on `PATH`; 3.4.23 in CI).
+    Etcd,
+    /// The `keel` binary built by cargo for this test.
+    Keel,
+}
+
+impl Kind {
+    /// The server compared against etcd: keel, or a second etcd when `KEEL_DIFF_AGAINST=etcd`.
+    pub fn under_test() -> Kind {
+        match std::env::var("KEEL_DIFF_AGAINST").as_deref() {
+            Ok("etcd") => Kind::Etcd,
+            Ok("keel") | Ok("") | Err(_) => Kind::Keel,
+            Ok(other) => panic!("KEEL_DIFF_AGAINST={other}: expected `etcd` or `keel`"),
+        }
+    }
+
+    pub fn program(self) -> &'static str {
+        match self {
+            Kind::Etcd => "etcd",
+            Kind::Keel => env!("CARGO_BIN_EXE_keel"),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Etcd => "etcd",
+            Kind::Keel => "keel",
+        }
+    }
+}
+
+/// A running etcd or keel process serving one single-member cluster on 127.0.0.1.
+pub struct Server {
+    kind: Kind,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+    /// How many times the process was spawned (1 after start, +1 per restart).
+    spawns: u32,
+}
+
+impl Server {
+    /// Starts `kind` with etcd's standard single-member flags and waits until it serves.
+    pub async fn start(kind: Kind) -> Server {
+        Server::start_with(kind, &[]).await
+    }
+
+    /// Like [`Server::start`], appending `extra_args` (etcd flags) to the command line.
+    pub async fn start_with(kind: Kind, extra_args: &[&str]) -> Server {
+        const ATTEMPTS: u32 = 3;
+        for attempt in 1..=ATTEMPTS {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("keel-test-{}-", kind.name()))
+                .tempdir()
+                .expect("create temp dir");
+            let (client_port, peer_port) = free_port_pair();
+            let mut server = Server {
+                kind,
+                dir,
+                client_port,
+                peer_port,
+                extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+                child: None,
+                spawns: 0,
+            };
+            server.spawn();
+            match server.wait_ready().await {
+                Ok(()) => return server,
+                Err(why) => {
+                    let log = server.log();
+                    let port_taken = log.contains("address already in use");
+                    if port_taken && attempt < ATTEMPTS {
+                        eprintln!("{} lost its port to someone else, retrying", kind.name());
+                        continue;
+                    }
+                    server.kill9();
+                    panic!(
+                        "{} did not start: {why}\ncommand: {}\n--- last lines of {} ---\n{}",
+                        kind.name(),
+                        server.command_line(),
+                        server.log_path().display(),
+                        tail(&log, 40)
+                    );
+                }
+            }
+        }
+        unreachable!()
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// `http://127.0.0.1:<client port>`, the URL given to `--listen-client-urls`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
+    pub fn peer_port(&self) -> u16 {
+        self.peer_port
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The server's combined stdout and stderr, over all its spawns.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read(self.log_path()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+
+    /// The OS process id of the current child, if running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// A fresh gRPC channel to the client URL (each request bounded by [`REQUEST_TIMEOUT`]).
+    pub async fn channel(&self) -> Channel {
+        Endpoint::from_shared(self.endpoint())
+            .expect("valid endpoint")
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(REQUEST_TIMEOUT)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connect to {} at {}: {e}", self.kind.name(), self.endpoint()))
+    }
+
+    pub async fn kv(&self) -> KvClient<Channel> {
+        KvClient::new(self.channel().await)
+    }
+
+    pub async fn maintenance(&self) -> MaintenanceClient<Channel> {
+        MaintenanceClient::new(self.channel().await)
+    }
+
+    /// Kills the process with SIGKILL (no chance to flush anything) and reaps it. Data dir and
+    /// ports are kept for [`Server::respawn`].
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the process again on the same data dir and ports and waits until it serves.
+    pub async fn respawn(&mut self) {
+        assert!(self.child.is_none(), "respawn while the server is running");
+        self.spawn();
+        if let Err(why) = self.wait_ready().await {
+            self.kill9();
+            panic!(
+                "{} did not come back after restart #{}: {why}\n--- last lines of {} ---\n{}",
+                self.kind.name(),
+                self.spawns - 1,
+                self.log_path().display(),
+                tail(&self.log(), 40)
+            );
+        }
+    }
+
+    /// `kill -9` then respawn on the same data dir and ports: a crash and recovery.
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.respawn().await;
+    }
+
+    fn args(&self) -> Vec<String> {
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut args: Vec<String> = vec![
+            "--name".into(),
+            "default".into(),
+            "--data-dir".into(),
+            self.data_dir().display().to_string(),
+            "--listen-client-urls".into(),
+            client.clone(),
+            "--advertise-client-urls".into(),
+            client,
+            "--listen-peer-urls".into(),
+            peer.clone(),
+            "--initial-advertise-peer-urls".into(),
+            peer.clone(),
+            "--initial-cluster".into(),
+            format!("default={peer}"),
+        ];
+        args.extend(self.extra_args.iter().cloned());
+        args
+    }
+
+    fn command_line(&self) -> String {
+        let mut line = self.kind.program().to_string();
+        for arg in self.args() {
+            line.push(' ');
+            line.push_str(&arg);
+        }
+        line
+    }
+
+    fn spawn(&mut self) {
+        let log = OpenOptions::new().create(true).append(true).open(self.log_path()).expect("open server log");
+        self.spawns += 1;
+        writeln!(&log, "=== keel test harness: spawn #{}: {}", self.spawns, self.command_line())
+            .expect("write server log");
+        let mut cmd = Command::new(self.kind.program());
+        cmd.args(self.args())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log fd"))
+            .stderr(log);
+        // Flags must be the only configuration: drop ETCD_* variables a developer may have set.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ETCD_") {
+                cmd.env_remove(name);
+            }
+        }
+        die_with_parent(&mut cmd);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", self.kind.program()));
+        self.child = Some(child);
+    }
+
+    /// Polls until a linearizable Range succeeds, or Status reports a leader (the member is then
+    /// able to serve writes), the child exits, or [`STARTUP_DEADLINE`] passes.
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let mut last_error = String::from("no attempt made");
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("process exited ({status}) before serving; last probe: {last_error}"));
+                }
+            }
+            match probe(&self.endpoint()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last_error = e,
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("not serving after {STARTUP_DEADLINE:?}; last probe: {last_error}"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- test failed; last lines of {} log ({}) ---\n{}",
+                self.kind.name(),
+                self.log_path().display(),
+                tail(&self.log(), 30)
+            );
+        }
+    }
+}
+
+async fn probe(endpoint: &str) -> Result<(), String> {
+    let channel = Endpoint::from_shared(endpoint.to_string())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let range = KvClient::new(channel.clone())
+        .range(RangeRequest { key: "keel-test-readiness-probe".into(), ..Default::default() })
+        .await;
+    let range_err = match range {
+        Ok(_) => return Ok(()),
+        Err(status) => status,
+    };
+    match MaintenanceClient::new(channel).status(StatusRequest {}).await {
+        Ok(resp) if resp.get_ref().leader != 0 => Ok(()),
+        Ok(_) => Err(format!("Range: {range_err}; Status: no leader yet")),
+        Err(status) => Err(format!("Range: {range_err}; Status: {status}")),
+    }
+}
+
+/// Two distinct free TCP ports on 127.0.0.1 (client, peer), released on return.
+fn free_port_pair() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let b = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let ports = (a.local_addr().expect("local addr").port(), b.local_addr().expect("local addr").port());
+    drop((a, b));
+    ports
+}
+
+/// Asks the kernel to SIGKILL the child when the spawning thread dies (Linux only), so a test
+/// process killed by a CI timeout leaves no server behind.
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

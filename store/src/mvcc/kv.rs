@@ -250,15 +250,32 @@ fn compare_path(v: &impl View, t: &TxnRequest, path: &mut Vec<bool>) {
     }
 }
 
-/// Pre-checks every op on the chosen path against the state before the txn, so a refused txn
-/// changes nothing.
-fn check_path(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize, leases: &dyn Leases) -> Result<()> {
+/// Which of etcd's two pre-apply passes over a txn's chosen path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Puts: the previous value for `ignore_value`/`ignore_lease`, then the lease.
+    Puts,
+    /// Ranges: sort options and the requested revision.
+    Ranges,
+}
+
+/// Pre-checks the ops on the chosen path against the state before the txn, so a refused txn
+/// changes nothing. etcd runs the put pass over the whole path first (write txns only), then the
+/// range pass, so which refusal wins depends on that order.
+fn check_path(
+    v: &impl View,
+    t: &TxnRequest,
+    path: &[bool],
+    at: &mut usize,
+    pass: Pass,
+    leases: &dyn Leases,
+) -> Result<()> {
     let ok = path[*at];
     *at += 1;
     for op in if ok { &t.success } else { &t.failure } {
         match &op.request {
-            Some(request_op::Request::RequestPut(p)) => check_put(v, p, leases)?,
-            Some(request_op::Request::RequestRange(r)) => {
+            Some(request_op::Request::RequestPut(p)) if pass == Pass::Puts => check_put(v, p, leases)?,
+            Some(request_op::Request::RequestRange(r)) if pass == Pass::Ranges => {
                 SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
                 SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
                 if r.revision > v.rev() {
@@ -269,12 +286,20 @@ fn check_path(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize, leas
                     return Err(Error::Compacted);
                 }
             }
-            Some(request_op::Request::RequestTxn(inner)) => check_path(v, inner, path, at, leases)?,
-            Some(request_op::Request::RequestDeleteRange(_)) => {}
+            Some(request_op::Request::RequestTxn(inner)) => check_path(v, inner, path, at, pass, leases)?,
+            Some(_) => {}
             None => return Err(Error::KeyNotFound),
         }
     }
     Ok(())
+}
+
+/// Runs etcd's pre-apply checks: the put pass for write txns, then the range pass.
+fn check_txn(v: &impl View, t: &TxnRequest, path: &[bool], leases: &dyn Leases) -> Result<()> {
+    if !is_read_only(t) {
+        check_path(v, t, path, &mut 0, Pass::Puts, leases)?;
+    }
+    check_path(v, t, path, &mut 0, Pass::Ranges, leases)
 }
 
 fn apply_ops(tw: &mut TxnWrite, t: &TxnRequest, path: &[bool], at: &mut usize) -> Result<TxnResponse> {
@@ -312,7 +337,7 @@ pub fn is_read_only(t: &TxnRequest) -> bool {
 fn txn_in(tw: &mut TxnWrite, t: &TxnRequest, leases: &dyn Leases) -> Result<TxnResponse> {
     let mut path = Vec::new();
     compare_path(tw, t, &mut path);
-    check_path(tw, t, &path, &mut 0, leases)?;
+    check_txn(tw, t, &path, leases)?;
     apply_ops(tw, t, &path, &mut 0)
 }
 
@@ -329,7 +354,7 @@ pub fn txn(batch: &mut ApplyBatch, t: &TxnRequest, leases: &dyn Leases) -> Resul
 pub fn txn_read(v: &impl View, t: &TxnRequest) -> Result<TxnResponse> {
     let mut path = Vec::new();
     compare_path(v, t, &mut path);
-    check_path(v, t, &path, &mut 0, &NoLeases)?;
+    check_txn(v, t, &path, &NoLeases)?;
     let mut resp = read_ops(v, t, &path, &mut 0)?;
     resp.header = header(v.rev());
     Ok(resp)

@@ -302,22 +302,44 @@ fn check_txn(v: &impl View, t: &TxnRequest, path: &[bool], leases: &dyn Leases) 
     check_path(v, t, path, &mut 0, Pass::Ranges, leases)
 }
 
-fn apply_ops(tw: &mut TxnWrite, t: &TxnRequest, path: &[bool], at: &mut usize) -> Result<TxnResponse> {
+/// Executes a txn's ops: a write transaction runs all of them; a read view only ever gets
+/// read-only txns (see [`is_read_only`]) and refuses anything else.
+trait Exec: View {
+    fn write(&mut self, op: &request_op::Request) -> Result<response_op::Response>;
+}
+
+impl Exec for TxnWrite<'_, '_> {
+    fn write(&mut self, op: &request_op::Request) -> Result<response_op::Response> {
+        match op {
+            request_op::Request::RequestPut(p) => Ok(response_op::Response::ResponsePut(put_op(self, p)?)),
+            request_op::Request::RequestDeleteRange(d) => {
+                Ok(response_op::Response::ResponseDeleteRange(delete_op(self, d)?))
+            }
+            // Reads and nested txns never get here: `run_ops` executes them itself.
+            _ => Err(Error::Corrupt("unexpected op in a write".into())),
+        }
+    }
+}
+
+impl Exec for super::ReadView<'_> {
+    fn write(&mut self, _op: &request_op::Request) -> Result<response_op::Response> {
+        Err(Error::Corrupt("a write reached the read-only txn path".into()))
+    }
+}
+
+fn run_ops(x: &mut impl Exec, t: &TxnRequest, path: &[bool], at: &mut usize) -> Result<TxnResponse> {
     let ok = path[*at];
     *at += 1;
     let mut responses = Vec::new();
     for op in if ok { &t.success } else { &t.failure } {
         let resp = match &op.request {
-            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(range(tw, r)?),
-            Some(request_op::Request::RequestPut(p)) => response_op::Response::ResponsePut(put_op(tw, p)?),
-            Some(request_op::Request::RequestDeleteRange(d)) => {
-                response_op::Response::ResponseDeleteRange(delete_op(tw, d)?)
-            }
+            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(range(x, r)?),
             Some(request_op::Request::RequestTxn(inner)) => {
-                let mut r = apply_ops(tw, inner, path, at)?;
+                let mut r = run_ops(x, inner, path, at)?;
                 r.header = Some(ResponseHeader::default());
                 response_op::Response::ResponseTxn(r)
             }
+            Some(write) => x.write(write)?,
             None => return Err(Error::KeyNotFound),
         };
         responses.push(ResponseOp { response: Some(resp) });
@@ -338,7 +360,7 @@ fn txn_in(tw: &mut TxnWrite, t: &TxnRequest, leases: &dyn Leases) -> Result<TxnR
     let mut path = Vec::new();
     compare_path(tw, t, &mut path);
     check_txn(tw, t, &path, leases)?;
-    apply_ops(tw, t, &path, &mut 0)
+    run_ops(tw, t, &path, &mut 0)
 }
 
 /// Applies a Txn as one write (one revision for all its changes).
@@ -351,32 +373,13 @@ pub fn txn(batch: &mut ApplyBatch, t: &TxnRequest, leases: &dyn Leases) -> Resul
 }
 
 /// Answers a read-only Txn from a read view.
-pub fn txn_read(v: &impl View, t: &TxnRequest) -> Result<TxnResponse> {
+pub fn txn_read(v: &mut super::ReadView, t: &TxnRequest) -> Result<TxnResponse> {
     let mut path = Vec::new();
     compare_path(v, t, &mut path);
     check_txn(v, t, &path, &NoLeases)?;
-    let mut resp = read_ops(v, t, &path, &mut 0)?;
+    let mut resp = run_ops(v, t, &path, &mut 0)?;
     resp.header = header(v.rev());
     Ok(resp)
-}
-
-fn read_ops(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize) -> Result<TxnResponse> {
-    let ok = path[*at];
-    *at += 1;
-    let mut responses = Vec::new();
-    for op in if ok { &t.success } else { &t.failure } {
-        let resp = match &op.request {
-            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(range(v, r)?),
-            Some(request_op::Request::RequestTxn(inner)) => {
-                let mut r = read_ops(v, inner, path, at)?;
-                r.header = Some(ResponseHeader::default());
-                response_op::Response::ResponseTxn(r)
-            }
-            _ => return Err(Error::KeyNotFound),
-        };
-        responses.push(ResponseOp { response: Some(resp) });
-    }
-    Ok(TxnResponse { header: None, succeeded: ok, responses })
 }
 
 /// Compacts at the requested revision: it must be above the compacted one and not in the future.

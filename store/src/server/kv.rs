@@ -48,6 +48,21 @@ fn unexpected(what: &str) -> Status {
     status(Error::Corrupt(format!("unexpected reply to {what}")))
 }
 
+/// Proposes a write whose `Command` and `Reply` variants share the name `$kind`, and answers the
+/// reply with its header filled.
+macro_rules! write {
+    ($svc:ident, $req:expr, $kind:ident) => {{
+        let req = $req;
+        match $svc.propose(req.encoded_len(), Command::$kind(Proto(req))).await? {
+            Reply::$kind(Proto(mut resp)) => {
+                $svc.member.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected(stringify!($kind))),
+        }
+    }};
+}
+
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
@@ -64,25 +79,13 @@ impl Kv for KvService {
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let p = req.into_inner();
         validate::put(&p).map_err(status)?;
-        match self.propose(p.encoded_len(), Command::Put(Proto(p))).await? {
-            Reply::Put(Proto(mut resp)) => {
-                self.member.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected("put")),
-        }
+        write!(self, p, Put)
     }
 
     async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
         let d = req.into_inner();
         validate::delete_range(&d).map_err(status)?;
-        match self.propose(d.encoded_len(), Command::DeleteRange(Proto(d))).await? {
-            Reply::DeleteRange(Proto(mut resp)) => {
-                self.member.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected("delete range")),
-        }
+        write!(self, d, DeleteRange)
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
@@ -92,28 +95,15 @@ impl Kv for KvService {
             if !all_serializable(&t) {
                 self.member.linearize().await.map_err(status)?;
             }
-            let mut resp = kv::txn_read(&self.member.mvcc.read(), &t).map_err(status)?;
+            let mut resp = kv::txn_read(&mut self.member.mvcc.read(), &t).map_err(status)?;
             self.member.fill(&mut resp.header);
             return Ok(Response::new(resp));
         }
-        match self.propose(t.encoded_len(), Command::Txn(Proto(t))).await? {
-            Reply::Txn(Proto(mut resp)) => {
-                self.member.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected("txn")),
-        }
+        write!(self, t, Txn)
     }
 
     async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
-        let c = req.into_inner();
         // Compaction is applied, and durable, before the reply: `physical` is always honoured.
-        match self.propose(c.encoded_len(), Command::Compact(Proto(c))).await? {
-            Reply::Compact(Proto(mut resp)) => {
-                self.member.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected("compact")),
-        }
+        write!(self, req.into_inner(), Compact)
     }
 }

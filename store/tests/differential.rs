@@ -30,7 +30,7 @@
 //! - `KEEL_DIFF_FLAGS="--flag value"`: extra flags for the server under test;
 //! - `KEEL_DIFF_TRACE=1`: print every operation and etcd's answer.
 //!
-//! Run: `cargo test -p keel-store --test differential -- --nocapture`.
+//! Run: `cargo test --workspace --test differential -- --nocapture`.
 
 mod common;
 
@@ -88,6 +88,7 @@ const REQUIRED: &[(&str, &str)] = &[
     ("range", "ok"),
     ("range", "ok: more"),
     ("range", "ok: historical"),
+    ("range", "ok: at the compacted revision"),
     ("range", "ok: sorted"),
     ("range", "ok: count_only"),
     ("range", "ok: keys_only"),
@@ -111,6 +112,8 @@ const REQUIRED: &[(&str, &str)] = &[
     ("txn", ERR_LEASE_NOT_FOUND),
     ("compact", "ok"),
     ("compact", "ok: physical"),
+    ("compact", "ok: at the current revision"),
+    ("compact", "ok: at a past revision"),
     ("compact", ERR_COMPACTED),
     ("compact", ERR_FUTURE_REV),
 ];
@@ -607,7 +610,8 @@ impl Coverage {
         *self.seen.entry((kind, outcome.into())).or_default() += 1;
     }
 
-    fn record(&mut self, op: &Op, answer: &Answer) {
+    /// Notes what `op` exercised; `model` is the store as it was before `op`.
+    fn record(&mut self, op: &Op, answer: &Answer, model: Model) {
         self.ops += 1;
         let kind = op.kind();
         let reply = match answer {
@@ -634,12 +638,16 @@ impl Coverage {
                 if resp.more {
                     self.note(kind, "ok: more");
                 }
-                if req.revision > 0 {
+                if req.revision > 0 && req.revision < model.rev {
                     self.note(kind, "ok: historical");
+                }
+                if model.compacted > 0 && req.revision == model.compacted {
+                    self.note(kind, "ok: at the compacted revision");
                 }
                 if req.sort_order != SortOrder::None as i32 || req.sort_target != SortTarget::Key as i32 {
                     self.note(kind, "ok: sorted");
                 }
+                self.note(kind, sort_outcome(req.sort_order, req.sort_target));
                 if req.count_only {
                     self.note(kind, "ok: count_only");
                 }
@@ -670,18 +678,42 @@ impl Coverage {
                 if req.compare.iter().any(|c| !c.range_end.is_empty()) {
                     self.note(kind, "ok: compare over a range");
                 }
+                for c in &req.compare {
+                    self.note(kind, compare_outcome(c.target, c.result));
+                }
             }
-            (Op::Compact(req), Reply::Compact(_)) if req.physical => {
-                self.note(kind, "ok: physical");
+            (Op::Compact(req), Reply::Compact(_)) => {
+                if req.physical {
+                    self.note(kind, "ok: physical");
+                }
+                if req.revision == model.rev {
+                    self.note(kind, "ok: at the current revision");
+                } else {
+                    self.note(kind, "ok: at a past revision");
+                }
             }
             _ => {}
         }
     }
 
+    /// Required outcomes that never occurred: [`REQUIRED`], every sort order × target of a
+    /// successful range, every compare target × result of a successful txn.
     fn missing(&self) -> Vec<String> {
-        REQUIRED
-            .iter()
-            .filter(|(kind, outcome)| !self.seen.contains_key(&(*kind, outcome.to_string())))
+        let mut required: Vec<(&'static str, String)> =
+            REQUIRED.iter().map(|(kind, outcome)| (*kind, outcome.to_string())).collect();
+        for order in 0..3 {
+            for target in 0..5 {
+                required.push(("range", sort_outcome(order, target)));
+            }
+        }
+        for target in 0..5 {
+            for result in 0..4 {
+                required.push(("txn", compare_outcome(target, result)));
+            }
+        }
+        required
+            .into_iter()
+            .filter(|key| !self.seen.contains_key(key))
             .map(|(kind, outcome)| format!("{kind}: {outcome}"))
             .collect()
     }
@@ -693,6 +725,18 @@ impl Coverage {
         }
         out
     }
+}
+
+fn sort_outcome(order: i32, target: i32) -> String {
+    let order = SortOrder::try_from(order).map(|o| o.as_str_name()).unwrap_or("?");
+    let target = SortTarget::try_from(target).map(|t| t.as_str_name()).unwrap_or("?");
+    format!("ok: sort {order} by {target}")
+}
+
+fn compare_outcome(target: i32, result: i32) -> String {
+    let target = CompareTarget::try_from(target).map(|t| t.as_str_name()).unwrap_or("?");
+    let result = CompareResult::try_from(result).map(|r| r.as_str_name()).unwrap_or("?");
+    format!("ok: compare {target} {result}")
 }
 
 /// Debug text cut to `max` characters (txns of 200 ops are long).
@@ -749,7 +793,7 @@ impl Run {
         let flags = if self.flags.is_empty() { String::new() } else { format!("KEEL_DIFF_FLAGS={:?} ", self.flags) };
         format!(
             "{against}{flags}KEEL_DIFF_SEEDS={seed} KEEL_DIFF_OPS={ops} KEEL_DIFF_TRACE=1 \
-             cargo test -p keel-store --test differential -- --nocapture"
+             cargo test --workspace --test differential -- --nocapture"
         )
     }
 
@@ -816,7 +860,7 @@ impl Run {
             }
             let label = format!("op #{i} ({})", op.kind());
             check(label, &op, &want, &got, &recent, model, i + 1)?;
-            coverage.record(&op, &want);
+            coverage.record(&op, &want, model);
             if let Ok(reply) = &want {
                 let header = match reply {
                     Reply::Put(r) => &r.header,

@@ -17,7 +17,7 @@
 //!
 //! `KEEL_DIFF_AGAINST=etcd` compares etcd with a second etcd (validates the harness);
 //! `KEEL_DIFF_TRACE=1` prints every step with etcd's normalised output.
-//! Run: `cargo test -p keel-store --test etcdctl -- --nocapture`.
+//! Run: `cargo test --workspace --test etcdctl -- --nocapture`.
 
 mod common;
 

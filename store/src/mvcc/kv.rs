@@ -136,9 +136,19 @@ pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
 /// Checks a Put against the state before the write: the previous value must exist for
 /// `ignore_value`/`ignore_lease`, and the lease must exist.
 fn check_put(v: &impl View, p: &PutRequest, leases: &dyn Leases) -> Result<()> {
+    check_prev(v, p)?;
+    check_lease(p, leases)
+}
+
+/// `ignore_value`/`ignore_lease` need a previous value to take it from.
+fn check_prev(v: &impl View, p: &PutRequest) -> Result<()> {
     if (p.ignore_value || p.ignore_lease) && v.index().get(&p.key, v.rev()).is_none() {
         return Err(Error::KeyNotFound);
     }
+    Ok(())
+}
+
+fn check_lease(p: &PutRequest, leases: &dyn Leases) -> Result<()> {
     if p.lease != 0 && !leases.exists(p.lease) {
         return Err(Error::LeaseNotFound);
     }
@@ -169,11 +179,9 @@ fn delete_op(tw: &mut TxnWrite, d: &DeleteRangeRequest) -> Result<DeleteRangeRes
 pub fn put(batch: &mut ApplyBatch, p: &PutRequest, leases: &dyn Leases) -> Result<(PutResponse, Changes)> {
     // A Put on its own checks the lease before the previous value (a Put inside a txn checks
     // in the other order, see `check_put`), as etcd's applier does.
-    if p.lease != 0 && !leases.exists(p.lease) {
-        return Err(Error::LeaseNotFound);
-    }
+    check_lease(p, leases)?;
     let mut tw = batch.txn();
-    check_put(&tw, p, leases)?;
+    check_prev(&tw, p)?;
     let resp = put_op(&mut tw, p)?;
     let (_, changes) = tw.end();
     Ok((resp, changes))

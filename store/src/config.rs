@@ -47,6 +47,8 @@ pub struct Config {
     pub heartbeat_interval_ms: u64,
     /// Raft election timeout in milliseconds.
     pub election_timeout_ms: u64,
+    /// How often watchers that asked for progress notifications get one.
+    pub watch_progress_notify_interval: std::time::Duration,
     /// debug, info, warn, error, panic or fatal.
     pub log_level: String,
     /// etcd flags that were given but that keel does not act on (yet), for the start-up warning.
@@ -80,6 +82,7 @@ const ACTED: &[(&str, &str, &str)] = &[
     ("heartbeat-interval", "100", "Time (in milliseconds) of a heartbeat interval."),
     ("election-timeout", "1000", "Time (in milliseconds) for an election to timeout."),
     ("log-level", "info", "Configures log level: debug, info, warn, error, panic, or fatal."),
+    ("experimental-watch-progress-notify-interval", "10m0s", "Duration of periodic watch progress notifications."),
 ];
 
 /// etcd 3.5 flags taking a value that keel accepts but does not act on yet.
@@ -119,7 +122,6 @@ const IGNORED_VALUED: &[&str] = &[
     "experimental-enable-v2v3",
     "experimental-snapshot-catchup-entries",
     "experimental-warning-apply-duration",
-    "experimental-watch-progress-notify-interval",
     "grpc-keepalive-interval",
     "grpc-keepalive-min-time",
     "grpc-keepalive-timeout",
@@ -308,6 +310,7 @@ impl Config {
             snapshot_count: number(&m, "snapshot-count")?,
             heartbeat_interval_ms: number(&m, "heartbeat-interval")?,
             election_timeout_ms: number(&m, "election-timeout")?,
+            watch_progress_notify_interval: duration(&m, "experimental-watch-progress-notify-interval")?,
             log_level,
             ignored,
         })))
@@ -317,6 +320,43 @@ impl Config {
     pub fn client_addrs(&self) -> Result<Vec<SocketAddr>, String> {
         self.listen_client_urls.iter().map(|u| url_addr(u)).collect()
     }
+}
+
+fn duration(m: &ArgMatches, name: &str) -> Result<std::time::Duration, String> {
+    let raw = m.get_one::<String>(name).expect("has a default");
+    parse_go_duration(raw)
+        .ok_or_else(|| format!("invalid value {raw:?} for flag --{name}: time: invalid duration {raw:?}"))
+}
+
+/// Parses a Go duration (`10m0s`, `1.5s`, `300ms`, `1h2m`); signs are refused.
+pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
+    if s == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        let value: f64 = num.parse().ok()?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = tail;
+    }
+    Some(std::time::Duration::from_secs_f64(total))
 }
 
 fn parse_initial_cluster(s: &str) -> Result<Vec<(String, String)>, String> {
@@ -351,6 +391,19 @@ pub fn url_addr(url: &str) -> Result<SocketAddr, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        assert_eq!(super::parse_go_duration("10m0s"), Some(Duration::from_secs(600)));
+        assert_eq!(super::parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(super::parse_go_duration("1h2m3s"), Some(Duration::from_secs(3723)));
+        assert_eq!(super::parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(super::parse_go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(super::parse_go_duration("10"), None);
+        assert_eq!(super::parse_go_duration("-1s"), None);
+        assert_eq!(super::parse_go_duration(""), None);
+    }
+
     use super::*;
 
     #[test]

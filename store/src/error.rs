@@ -31,6 +31,10 @@ pub enum Error {
     FutureRev,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExist,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
     #[error("etcdserver: no leader")]
     NoLeader,
     #[error("etcdserver: not leader")]

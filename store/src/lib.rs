@@ -3,14 +3,17 @@
 //! Map (see `shared/DESIGN.md`): [`engine`] is the storage seam; [`mvcc`] the revisioned keyspace
 //! and etcd's KV semantics; [`raft`] openraft's log store, state machine and network; [`server`]
 //! the gRPC and HTTP edge, the only place that maps errors to etcd's codes and messages;
-//! [`config`] etcd's flags; [`node`] puts a member together.
+//! [`watch`] the watch hub fed by apply; [`lessor`] the leader's lease timers; [`config`] etcd's
+//! flags; [`node`] puts a member together.
 
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod lessor;
 pub mod mvcc;
 pub mod node;
 pub mod raft;
 pub mod server;
+pub mod watch;
 
 pub use error::{Error, Result};

@@ -1,6 +1,9 @@
-//! A keel member: the engine, MVCC, openraft and the limits, put together. The gRPC services hold
-//! an `Arc<Member>` and call [`Member::write`] (every write is a Raft command) and
-//! [`Member::linearize`] (the read barrier before a linearizable read).
+//! A keel member: the engine, MVCC, openraft, the watch hub, the lessor and the limits, put
+//! together. The gRPC services hold an `Arc<Member>` and call [`Member::write`] (every write is a
+//! Raft command) and [`Member::linearize`] (the read barrier before a linearizable read).
+//!
+//! Background tasks, all ended by [`Member::shutdown`]: the watch hub's sync loop, the periodic
+//! progress notifications, the Raft term feed for watch headers, and the lessor's loop.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,16 +12,20 @@ use std::time::Duration;
 use keel_proto::etcdserverpb::ResponseHeader;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
+use parking_lot::Mutex;
 use sha1::{Digest, Sha1};
+use tokio::task::JoinHandle;
 
 use crate::config::{ClusterState, Config};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::lessor::Lessor;
 use crate::mvcc::Mvcc;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::NoPeers;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, Raft, Reply};
+use crate::watch::Hub;
 
 /// The etcd API version keel speaks (reported by `/version` and `Maintenance.Status`).
 pub const ETCD_API_VERSION: &str = "3.5.0";
@@ -39,10 +46,13 @@ pub struct Member {
     pub name: String,
     pub raft: Raft,
     pub mvcc: Arc<Mvcc>,
+    pub hub: Arc<Hub>,
+    pub lessor: Lessor,
     pub limits: Limits,
     /// How long a request may wait for Raft before answering `etcdserver: request timed out`.
     pub request_timeout: Duration,
     engine: Arc<dyn Engine>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// etcd's member id: the first 8 bytes (big endian) of SHA-1 over the sorted peer URLs and the
@@ -88,6 +98,8 @@ impl Member {
 
         let mvcc = Arc::new(Mvcc::open(engine.clone())?);
         let sm = StateMachine::open(mvcc.clone())?;
+        let hub = sm.hub().clone();
+        hub.configure(cluster_id, id, cfg.max_request_bytes as usize);
         let log = LogStore::new(engine.clone());
         let rcfg = openraft::Config {
             cluster_name: cfg.initial_cluster_token.clone(),
@@ -109,16 +121,48 @@ impl Member {
             raft.initialize(members).await?;
         }
         let request_timeout = Duration::from_millis(5000 + 2 * cfg.election_timeout_ms);
-        Ok(Arc::new(Member {
+        let member = Arc::new(Member {
             id,
             cluster_id,
             name: cfg.name.clone(),
+            lessor: Lessor::new(id, cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
             raft,
             mvcc,
+            hub,
             limits: Limits { max_request_bytes: cfg.max_request_bytes, max_txn_ops: cfg.max_txn_ops },
             request_timeout,
             engine,
-        }))
+            tasks: Mutex::new(Vec::new()),
+        });
+        member.start_tasks(cfg.watch_progress_notify_interval);
+        Ok(member)
+    }
+
+    fn start_tasks(self: &Arc<Self>, progress_interval: Duration) {
+        let mut tasks = self.tasks.lock();
+        tasks.push(tokio::spawn(self.hub.clone().run()));
+        let (hub, mut metrics) = (self.hub.clone(), self.raft.metrics());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let term = metrics.borrow_and_update().current_term;
+                hub.set_term(term);
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        }));
+        tasks.push(tokio::spawn(Lessor::run(Arc::downgrade(self))));
+        if !progress_interval.is_zero() {
+            let hub = self.hub.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tick =
+                    tokio::time::interval_at(tokio::time::Instant::now() + progress_interval, progress_interval);
+                loop {
+                    tick.tick().await;
+                    hub.notify_progress();
+                }
+            }));
+        }
     }
 
     /// Proposes a write and waits until it is applied (and synced) here.
@@ -166,8 +210,13 @@ impl Member {
         &self.engine
     }
 
-    /// Stops Raft; in-flight writes are answered first or fail with `server stopped`.
+    /// Checkpoints lease TTLs (if leader), then stops Raft; in-flight writes are answered first
+    /// or fail with `server stopped`.
     pub async fn shutdown(&self) {
+        self.lessor.checkpoint(self).await;
+        for t in self.tasks.lock().drain(..) {
+            t.abort();
+        }
         let _ = self.raft.shutdown().await;
     }
 }

@@ -15,20 +15,40 @@
 //! compact REV
 //! restart                            reopen the store on the same engine (rebuilds the index)
 //! crash                              drop everything not synced, then restart
+//! lease grant ID TTL | lease revoke ID | lease checkpoint ID REMAINING | lease show ID
+//! ```
+//!
+//! Watch hub commands (writes are published to the hub as apply does; streams are named by
+//! number and opened on first use):
+//! ```text
+//! watch S ID KEY [end=E|prefix|from_key] [rev=N] [prev_kv] [noput] [nodelete] [fragment]
+//! cancel S ID | progress S
+//! recv S                             every response queued on stream S, decoded
+//! sync                               run the hub's sync loop until it has nothing to do
+//! state S ID                         synced | unsynced from REV | gone
+//! outbox BYTES                       outbox size for streams opened from now on
+//! maxbytes BYTES                     fragmenting threshold
 //! ```
 
 use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::{FutureExt, StreamExt};
 use keel_proto::etcdserverpb::{
     compare, request_op, response_op, CompactionRequest, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
     RequestOp, TxnRequest, TxnResponse,
 };
+use keel_proto::etcdserverpb::{
+    LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantRequest, LeaseRevokeRequest, WatchCreateRequest, WatchResponse,
+};
 use keel_proto::mvccpb::KeyValue;
 use keel_store::engine::{Engine, MemEngine};
-use keel_store::mvcc::{kv, Mvcc};
+use keel_store::mvcc::{kv, lease, ApplyBatch, Mvcc, View};
+use keel_store::watch::{Hub, Responses, WatcherState};
 use keel_store::Error;
+use prost::Message;
+use std::collections::BTreeMap;
 
 fn b(s: &str) -> Bytes {
     if s == "-" {
@@ -182,14 +202,67 @@ fn show_txn(t: &TxnResponse, depth: usize, out: &mut Vec<String>) {
 
 struct Harness {
     engine: MemEngine,
-    mvcc: Mvcc,
+    mvcc: Arc<Mvcc>,
+    hub: Arc<Hub>,
+    /// Open streams by script number: hub stream id and the responses.
+    streams: BTreeMap<u64, (u64, Responses)>,
+}
+
+fn show_event(e: &keel_proto::mvccpb::Event) -> String {
+    let kind = if e.r#type == 0 { "PUT" } else { "DELETE" };
+    let kv = e.kv.clone().unwrap_or_default();
+    let mut s = format!("{kind} {}", show_kv(&kv));
+    if let Some(p) = &e.prev_kv {
+        s.push_str(&format!(" prev[{}]", show_kv(p)));
+    }
+    s
+}
+
+fn show_watch(r: &WatchResponse) -> String {
+    let mut s = format!("id={} rev={}", r.watch_id, r.header.as_ref().map(|h| h.revision).unwrap_or_default());
+    for (flag, on) in [("created", r.created), ("canceled", r.canceled), ("fragment", r.fragment)] {
+        if on {
+            s.push(' ');
+            s.push_str(flag);
+        }
+    }
+    if r.compact_revision != 0 {
+        s.push_str(&format!(" compact_revision={}", r.compact_revision));
+    }
+    if !r.cancel_reason.is_empty() {
+        s.push_str(&format!(" reason={:?}", r.cancel_reason));
+    }
+    for e in &r.events {
+        s.push_str(&format!("\n  {}", show_event(e)));
+    }
+    s
 }
 
 impl Harness {
     fn new() -> Self {
         let engine = MemEngine::new();
-        let mvcc = Mvcc::open(Arc::new(engine.clone()) as Arc<dyn Engine>).unwrap();
-        Self { engine, mvcc }
+        let mvcc = Arc::new(Mvcc::open(Arc::new(engine.clone()) as Arc<dyn Engine>).unwrap());
+        let hub = Arc::new(Hub::new(mvcc.clone()));
+        Self { engine, mvcc, hub, streams: BTreeMap::new() }
+    }
+
+    /// Applies one write as the state machine does: a batch, committed, published.
+    fn apply<T>(&self, f: impl FnOnce(&mut ApplyBatch) -> T) -> T {
+        let mut batch = self.mvcc.apply(self.hub.wants_prev());
+        let res = f(&mut batch);
+        let revs = batch.commit(true).unwrap();
+        self.hub.publish(&revs);
+        res
+    }
+
+    fn stream(&mut self, n: &str) -> u64 {
+        let n: u64 = n.parse().unwrap();
+        let hub = self.hub.clone();
+        self.streams.entry(n).or_insert_with(|| {
+            let (id, _, responses) = hub.open_stream();
+            (id, responses)
+        });
+        self.streams[&n].0
     }
 
     fn run(&mut self, line: &str) -> Vec<String> {
@@ -206,12 +279,9 @@ impl Harness {
                     ignore_value: opts.contains(&"ignore_value"),
                     ignore_lease: opts.contains(&"ignore_lease"),
                 };
-                let mut batch = self.mvcc.apply();
-                let res = kv::put(&mut batch, &p, &kv::NoLeases);
-                batch.commit(true).unwrap();
-                match res {
+                match self.apply(|batch| kv::put(batch, &p)) {
                     Err(e) => err(e),
-                    Ok((resp, _)) => {
+                    Ok(resp) => {
                         let mut out = vec![format!("rev={}", resp.header.unwrap().revision)];
                         out.extend(resp.prev_kv.iter().map(|kv| format!("prev {}", show_kv(kv))));
                         out
@@ -237,12 +307,9 @@ impl Harness {
             "del" => {
                 let (key, range_end) = range_of(words[1], &words[2..]);
                 let d = DeleteRangeRequest { key, range_end, prev_kv: words.contains(&"prev_kv") };
-                let mut batch = self.mvcc.apply();
-                let res = kv::delete_range(&mut batch, &d);
-                batch.commit(true).unwrap();
-                match res {
+                match self.apply(|batch| kv::delete_range(batch, &d)) {
                     Err(e) => err(e),
-                    Ok((resp, _)) => {
+                    Ok(resp) => {
                         let mut out = vec![format!("rev={} deleted={}", resp.header.unwrap().revision, resp.deleted)];
                         out.extend(resp.prev_kvs.iter().map(|kv| format!("prev {}", show_kv(kv))));
                         out
@@ -260,12 +327,9 @@ impl Harness {
                         _ => t.failure.push(parse_op(w)),
                     }
                 }
-                let mut batch = self.mvcc.apply();
-                let res = kv::txn(&mut batch, &t, &kv::NoLeases);
-                batch.commit(true).unwrap();
-                match res {
+                match self.apply(|batch| kv::txn(batch, &t)) {
                     Err(e) => err(e),
-                    Ok((resp, _)) => {
+                    Ok(resp) => {
                         let mut out = Vec::new();
                         show_txn(&resp, 0, &mut out);
                         out
@@ -274,10 +338,7 @@ impl Harness {
             }
             "compact" => {
                 let c = CompactionRequest { revision: words[1].parse().unwrap(), physical: true };
-                let mut batch = self.mvcc.apply();
-                let res = kv::compact(&mut batch, &c);
-                batch.commit(true).unwrap();
-                match res {
+                match self.apply(|batch| kv::compact(batch, &c)) {
                     Err(e) => err(e),
                     Ok(resp) => vec![format!("rev={}", resp.header.unwrap().revision)],
                 }
@@ -286,8 +347,106 @@ impl Harness {
                 if words[0] == "crash" {
                     self.engine.crash();
                 }
-                self.mvcc = Mvcc::open(Arc::new(self.engine.clone()) as Arc<dyn Engine>).unwrap();
+                self.streams.clear();
+                self.mvcc = Arc::new(Mvcc::open(Arc::new(self.engine.clone()) as Arc<dyn Engine>).unwrap());
+                self.hub = Arc::new(Hub::new(self.mvcc.clone()));
                 vec![format!("rev={} compacted={}", self.mvcc.current_rev(), self.mvcc.compact_rev())]
+            }
+            "lease" => {
+                let id: i64 = words[2].parse().unwrap();
+                let res = match words[1] {
+                    "grant" => {
+                        let g = LeaseGrantRequest { ttl: words[3].parse().unwrap(), id };
+                        self.apply(|batch| lease::grant(batch, &g)).map(|r| format!("id={} ttl={}", r.id, r.ttl))
+                    }
+                    "revoke" => self
+                        .apply(|batch| lease::revoke(batch, &LeaseRevokeRequest { id }))
+                        .map(|r| format!("rev={}", r.header.unwrap().revision)),
+                    "checkpoint" => {
+                        let cp = LeaseCheckpoint { id, remaining_ttl: words[3].parse().unwrap() };
+                        let c = LeaseCheckpointRequest { checkpoints: vec![cp] };
+                        self.apply(|batch| lease::checkpoint(batch, &c)).map(|_| "ok".to_string())
+                    }
+                    "show" => Ok(match self.mvcc.read().leases().get(id) {
+                        None => "none".to_string(),
+                        Some(l) => {
+                            let keys: Vec<String> = l.keys.iter().map(|k| String::from_utf8_lossy(k).into()).collect();
+                            format!("ttl={} remaining={} keys=[{}]", l.record.ttl, l.record.remaining, keys.join(" "))
+                        }
+                    }),
+                    x => panic!("unknown lease command {x}"),
+                };
+                res.map_or_else(err, |s| vec![s])
+            }
+            "watch" => {
+                let s = self.stream(words[1]);
+                let opts = &words[4..];
+                let (key, range_end) = range_of(words[3], opts);
+                let mut filters = Vec::new();
+                if opts.contains(&"noput") {
+                    filters.push(0);
+                }
+                if opts.contains(&"nodelete") {
+                    filters.push(1);
+                }
+                let c = WatchCreateRequest {
+                    key,
+                    range_end,
+                    start_revision: num(opts, "rev"),
+                    progress_notify: false,
+                    filters,
+                    prev_kv: opts.contains(&"prev_kv"),
+                    watch_id: words[2].parse().unwrap(),
+                    fragment: opts.contains(&"fragment"),
+                };
+                self.hub.create(s, &c);
+                vec![]
+            }
+            "cancel" => {
+                let s = self.stream(words[1]);
+                self.hub.cancel(s, words[2].parse().unwrap());
+                vec![]
+            }
+            "progress" => {
+                let s = self.stream(words[1]);
+                self.hub.progress_request(s);
+                vec![]
+            }
+            "recv" => {
+                self.stream(words[1]);
+                let (_, responses) = self.streams.get_mut(&words[1].parse().unwrap()).unwrap();
+                let mut out = Vec::new();
+                while let Some(Some(w)) = responses.next().now_or_never() {
+                    out.push(show_watch(&WatchResponse::decode(w.to_vec().as_slice()).unwrap()));
+                }
+                if out.is_empty() {
+                    out.push("(nothing)".into());
+                }
+                out
+            }
+            "sync" => {
+                let mut rounds = 0;
+                while self.hub.sync_once().unwrap() {
+                    rounds += 1;
+                    assert!(rounds < 1000, "sync does not settle");
+                }
+                vec![]
+            }
+            "state" => {
+                let s = self.stream(words[1]);
+                vec![match self.hub.state(s, words[2].parse().unwrap()) {
+                    None => "gone".to_string(),
+                    Some(WatcherState::Synced) => "synced".to_string(),
+                    Some(WatcherState::Unsynced(r)) => format!("unsynced from {r}"),
+                }]
+            }
+            "outbox" => {
+                self.hub.set_outbox_bytes(words[1].parse().unwrap());
+                vec![]
+            }
+            "maxbytes" => {
+                self.hub.configure(0, 0, words[1].parse().unwrap());
+                vec![]
             }
             x => panic!("unknown command {x}"),
         }

@@ -8,9 +8,10 @@
 //!                                compacted revision); written in the same batch as the data
 //! l <index:8 BE>                 Raft log entries
 //! v <name>                       Raft metadata (vote, committed, last purged log id)
+//! e <id:8 BE>                    a lease: granted and checkpointed TTLs (bincode `LeaseRecord`)
 //! ```
-//! The state machine owns the prefixes `m` and `r` (a snapshot is exactly those); the Raft log
-//! store owns `l` and `v`.
+//! The state machine owns the prefixes `e`, `m` and `r` (a snapshot is exactly those); the Raft
+//! log store owns `l` and `v`.
 
 use crate::error::{Error, Result};
 
@@ -31,6 +32,9 @@ pub const HISTORY: u8 = b'r';
 pub const SM_META: u8 = b'm';
 pub const LOG: u8 = b'l';
 pub const RAFT_META: u8 = b'v';
+pub const LEASE: u8 = b'e';
+/// The prefixes the state machine owns: what a snapshot holds.
+pub const STATE_MACHINE: [u8; 3] = [LEASE, SM_META, HISTORY];
 const TOMBSTONE: u8 = b't';
 
 /// The key of one revision in the history.
@@ -42,6 +46,14 @@ pub fn rev_key(rev: Rev, tombstone: bool) -> Vec<u8> {
     if tombstone {
         k.push(TOMBSTONE);
     }
+    k
+}
+
+/// The key of one lease.
+pub fn lease_key(id: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(LEASE);
+    k.extend_from_slice(&(id as u64).to_be_bytes());
     k
 }
 

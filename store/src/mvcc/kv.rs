@@ -18,21 +18,6 @@ use keel_proto::mvccpb::KeyValue;
 use super::{ApplyBatch, TxnWrite, View};
 use crate::error::{Error, Result};
 
-/// Leases known to the applier. Until the lease service lands no lease exists, so any non-zero
-/// lease is refused exactly as etcd refuses an unknown one.
-pub trait Leases {
-    fn exists(&self, id: i64) -> bool;
-}
-
-/// The lease table before leases are implemented: empty.
-pub struct NoLeases;
-
-impl Leases for NoLeases {
-    fn exists(&self, _id: i64) -> bool {
-        false
-    }
-}
-
 /// etcd's range end convention on the wire: empty = single key; `"\0"` = every key >= key.
 pub fn range_end(end: &[u8]) -> Option<&[u8]> {
     match end {
@@ -42,7 +27,7 @@ pub fn range_end(end: &[u8]) -> Option<&[u8]> {
     }
 }
 
-fn header(rev: i64) -> Option<ResponseHeader> {
+pub(crate) fn header(rev: i64) -> Option<ResponseHeader> {
     Some(ResponseHeader { revision: rev, ..Default::default() })
 }
 
@@ -135,9 +120,9 @@ pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
 
 /// Checks a Put against the state before the write: the previous value must exist for
 /// `ignore_value`/`ignore_lease`, and the lease must exist.
-fn check_put(v: &impl View, p: &PutRequest, leases: &dyn Leases) -> Result<()> {
+fn check_put(v: &impl View, p: &PutRequest) -> Result<()> {
     check_prev(v, p)?;
-    check_lease(p, leases)
+    check_lease(v, p)
 }
 
 /// `ignore_value`/`ignore_lease` need a previous value to take it from.
@@ -148,8 +133,8 @@ fn check_prev(v: &impl View, p: &PutRequest) -> Result<()> {
     Ok(())
 }
 
-fn check_lease(p: &PutRequest, leases: &dyn Leases) -> Result<()> {
-    if p.lease != 0 && !leases.exists(p.lease) {
+fn check_lease(v: &impl View, p: &PutRequest) -> Result<()> {
+    if p.lease != 0 && !v.leases().exists(p.lease) {
         return Err(Error::LeaseNotFound);
     }
     Ok(())
@@ -163,39 +148,36 @@ fn put_op(tw: &mut TxnWrite, p: &PutRequest) -> Result<PutResponse> {
     let value =
         if p.ignore_value { prev.as_ref().map(|kv| kv.value.clone()).unwrap_or_default() } else { p.value.clone() };
     let lease = if p.ignore_lease { prev.as_ref().map(|kv| kv.lease).unwrap_or_default() } else { p.lease };
-    let rev = tw.put(&p.key, &value, lease);
+    let rev = tw.put(&p.key, &value, lease)?;
     Ok(PutResponse { header: header(rev), prev_kv: if p.prev_kv { prev } else { None } })
 }
 
 fn delete_op(tw: &mut TxnWrite, d: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
     let end = range_end(&d.range_end);
     let prev_kvs = if d.prev_kv { range_keys(tw, &d.key, end, 0, 0, false)?.0 } else { Vec::new() };
-    let deleted = tw.delete_range(&d.key, end);
+    let deleted = tw.delete_range(&d.key, end)?;
     // The new revision if this txn changed anything so far, else the current one (as etcd).
     Ok(DeleteRangeResponse { header: header(tw.rev()), deleted, prev_kvs })
 }
 
 /// Applies a Put as its own write.
-pub fn put(batch: &mut ApplyBatch, p: &PutRequest, leases: &dyn Leases) -> Result<(PutResponse, Changes)> {
+pub fn put(batch: &mut ApplyBatch, p: &PutRequest) -> Result<PutResponse> {
+    let mut tw = batch.txn();
     // A Put on its own checks the lease before the previous value (a Put inside a txn checks
     // in the other order, see `check_put`), as etcd's applier does.
-    check_lease(p, leases)?;
-    let mut tw = batch.txn();
+    check_lease(&tw, p)?;
     check_prev(&tw, p)?;
     let resp = put_op(&mut tw, p)?;
-    let (_, changes) = tw.end();
-    Ok((resp, changes))
+    tw.end();
+    Ok(resp)
 }
 
-/// The changes of one write, for the watch hub: each a value (put) or a bare key (delete).
-pub type Changes = Vec<(KeyValue, bool)>;
-
 /// Applies a DeleteRange as its own write.
-pub fn delete_range(batch: &mut ApplyBatch, d: &DeleteRangeRequest) -> Result<(DeleteRangeResponse, Changes)> {
+pub fn delete_range(batch: &mut ApplyBatch, d: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
     let mut tw = batch.txn();
     let resp = delete_op(&mut tw, d)?;
-    let (_, changes) = tw.end();
-    Ok((resp, changes))
+    tw.end();
+    Ok(resp)
 }
 
 fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
@@ -270,19 +252,12 @@ enum Pass {
 /// Pre-checks the ops on the chosen path against the state before the txn, so a refused txn
 /// changes nothing. etcd runs the put pass over the whole path first (write txns only), then the
 /// range pass, so which refusal wins depends on that order.
-fn check_path(
-    v: &impl View,
-    t: &TxnRequest,
-    path: &[bool],
-    at: &mut usize,
-    pass: Pass,
-    leases: &dyn Leases,
-) -> Result<()> {
+fn check_path(v: &impl View, t: &TxnRequest, path: &[bool], at: &mut usize, pass: Pass) -> Result<()> {
     let ok = path[*at];
     *at += 1;
     for op in if ok { &t.success } else { &t.failure } {
         match &op.request {
-            Some(request_op::Request::RequestPut(p)) if pass == Pass::Puts => check_put(v, p, leases)?,
+            Some(request_op::Request::RequestPut(p)) if pass == Pass::Puts => check_put(v, p)?,
             Some(request_op::Request::RequestRange(r)) if pass == Pass::Ranges => {
                 SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
                 SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
@@ -294,7 +269,7 @@ fn check_path(
                     return Err(Error::Compacted);
                 }
             }
-            Some(request_op::Request::RequestTxn(inner)) => check_path(v, inner, path, at, pass, leases)?,
+            Some(request_op::Request::RequestTxn(inner)) => check_path(v, inner, path, at, pass)?,
             Some(_) => {}
             None => return Err(Error::KeyNotFound),
         }
@@ -303,11 +278,11 @@ fn check_path(
 }
 
 /// Runs etcd's pre-apply checks: the put pass for write txns, then the range pass.
-fn check_txn(v: &impl View, t: &TxnRequest, path: &[bool], leases: &dyn Leases) -> Result<()> {
+fn check_txn(v: &impl View, t: &TxnRequest, path: &[bool]) -> Result<()> {
     if !is_read_only(t) {
-        check_path(v, t, path, &mut 0, Pass::Puts, leases)?;
+        check_path(v, t, path, &mut 0, Pass::Puts)?;
     }
-    check_path(v, t, path, &mut 0, Pass::Ranges, leases)
+    check_path(v, t, path, &mut 0, Pass::Ranges)
 }
 
 /// Executes a txn's ops: a write transaction runs all of them; a read view only ever gets
@@ -364,27 +339,26 @@ pub fn is_read_only(t: &TxnRequest) -> bool {
     })
 }
 
-fn txn_in(tw: &mut TxnWrite, t: &TxnRequest, leases: &dyn Leases) -> Result<TxnResponse> {
+fn txn_in(tw: &mut TxnWrite, t: &TxnRequest) -> Result<TxnResponse> {
     let mut path = Vec::new();
     compare_path(tw, t, &mut path);
-    check_txn(tw, t, &path, leases)?;
+    check_txn(tw, t, &path)?;
     run_ops(tw, t, &path, &mut 0)
 }
 
 /// Applies a Txn as one write (one revision for all its changes).
-pub fn txn(batch: &mut ApplyBatch, t: &TxnRequest, leases: &dyn Leases) -> Result<(TxnResponse, Changes)> {
+pub fn txn(batch: &mut ApplyBatch, t: &TxnRequest) -> Result<TxnResponse> {
     let mut tw = batch.txn();
-    let mut resp = txn_in(&mut tw, t, leases)?;
-    let (rev, changes) = tw.end();
-    resp.header = header(rev);
-    Ok((resp, changes))
+    let mut resp = txn_in(&mut tw, t)?;
+    resp.header = header(tw.end());
+    Ok(resp)
 }
 
 /// Answers a read-only Txn from a read view.
 pub fn txn_read(v: &mut super::ReadView, t: &TxnRequest) -> Result<TxnResponse> {
     let mut path = Vec::new();
     compare_path(v, t, &mut path);
-    check_txn(v, t, &path, &NoLeases)?;
+    check_txn(v, t, &path)?;
     let mut resp = run_ops(v, t, &path, &mut 0)?;
     resp.header = header(v.rev());
     Ok(resp)

@@ -15,11 +15,13 @@
 pub mod index;
 pub mod keys;
 pub mod kv;
+pub mod lease;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use keel_proto::mvccpb::KeyValue;
+use bytes::Bytes;
+use keel_proto::mvccpb::{event::EventType, Event, KeyValue};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use prost::Message;
 
@@ -27,9 +29,11 @@ use crate::engine::{Batch, Engine};
 use crate::error::{Error, Result};
 use index::Index;
 use keys::Rev;
+use lease::{LeaseRecord, LeaseTable};
 
 struct State {
     index: Index,
+    leases: LeaseTable,
     /// The current (newest) revision.
     rev: i64,
     /// The compacted revision; -1 before the first compaction (as etcd).
@@ -53,6 +57,16 @@ pub trait View {
     fn compact_rev(&self) -> i64;
     /// The stored value of a live (non-tombstone) revision.
     fn load(&self, rev: Rev) -> Result<KeyValue>;
+    fn leases(&self) -> &LeaseTable;
+}
+
+/// The changes of one revision, for the watch hub: events in `sub` order. Each event's
+/// `prev_kv` is filled (when the key had a value before) only if `prev_known`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Revision {
+    pub rev: i64,
+    pub events: Vec<Event>,
+    pub prev_known: bool,
 }
 
 fn decode_kv(rev: Rev, bytes: Option<Vec<u8>>) -> Result<KeyValue> {
@@ -65,6 +79,7 @@ impl Mvcc {
     /// Opens the store on `engine`, rebuilding the index from the stored history.
     pub fn open(engine: Arc<dyn Engine>) -> Result<Self> {
         let mut index = Index::default();
+        let mut leases = LeaseTable::default();
         let mut last_rev = 1;
         let mut err = None;
         engine.for_each(&[keys::HISTORY], &keys::prefix_end(keys::HISTORY), &mut |k, v| {
@@ -73,8 +88,10 @@ impl Mvcc {
                 let kv = KeyValue::decode(v)?;
                 if tomb {
                     index.tombstone(&kv.key, rev);
+                    leases.set_key(&kv.key, 0);
                 } else {
                     index.restore_put(&kv.key, rev, kv.create_revision, kv.version);
+                    leases.set_key(&kv.key, kv.lease);
                 }
                 last_rev = rev.main;
                 Ok(())
@@ -90,6 +107,15 @@ impl Mvcc {
         if let Some(e) = err {
             return Err(e);
         }
+        for (k, v) in engine.scan(&[keys::LEASE], &keys::prefix_end(keys::LEASE))? {
+            let id = i64::from_be_bytes(
+                k.get(1..9)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| Error::Corrupt(format!("bad lease key {k:?}")))?,
+            );
+            leases.insert(id, bincode::deserialize::<LeaseRecord>(&v)?);
+        }
+        leases.attach_all();
         let read_i64 = |name: &str| -> Result<Option<i64>> {
             match engine.get(&keys::sm_meta(name))? {
                 None => Ok(None),
@@ -100,7 +126,7 @@ impl Mvcc {
         };
         let rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
         let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
-        Ok(Self { engine, state: RwLock::new(State { index, rev, compact_rev }) })
+        Ok(Self { engine, state: RwLock::new(State { index, leases, rev, compact_rev }) })
     }
 
     /// A read view at the current revision. Holds the state lock shared until dropped.
@@ -119,12 +145,15 @@ impl Mvcc {
     }
 
     /// Starts applying a batch of writes. Readers wait until the batch is committed or dropped.
-    pub fn apply(&self) -> ApplyBatch<'_> {
+    /// With `want_prev`, every event carries the key's previous value (for `prev_kv` watchers).
+    pub fn apply(&self, want_prev: bool) -> ApplyBatch<'_> {
         ApplyBatch {
             state: self.state.write(),
             engine: &*self.engine,
             batch: Batch::default(),
             overlay: HashMap::new(),
+            want_prev,
+            revisions: Vec::new(),
         }
     }
 
@@ -159,6 +188,28 @@ impl View for ReadView<'_> {
     fn load(&self, rev: Rev) -> Result<KeyValue> {
         decode_kv(rev, self.engine.get(&keys::rev_key(rev, false))?)
     }
+    fn leases(&self) -> &LeaseTable {
+        &self.state.leases
+    }
+}
+
+impl ReadView<'_> {
+    /// Visits the history from main revision `from` up to this view's revision, in revision
+    /// order: `f(main revision, is a tombstone, stored value)` until it returns false. A
+    /// tombstone's stored value holds only the key; a put's is the full value.
+    pub fn history(&self, from: i64, f: &mut dyn FnMut(i64, bool, KeyValue) -> bool) -> Result<()> {
+        let mut err = None;
+        self.engine.for_each(&keys::rev_key_from(from), &keys::rev_key_from(self.state.rev + 1), &mut |k, v| {
+            match keys::decode_rev_key(k).and_then(|(rev, tomb)| Ok((rev, tomb, KeyValue::decode(v)?))) {
+                Ok((rev, tomb, kv)) => f(rev.main, tomb, kv),
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })?;
+        err.map_or(Ok(()), Err)
+    }
 }
 
 /// The writes of one applied batch of Raft entries, committed to the engine in one atomic
@@ -170,13 +221,16 @@ pub struct ApplyBatch<'a> {
     batch: Batch,
     /// Writes of this batch not yet in the engine, by history key (None: deleted).
     overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    want_prev: bool,
+    /// The revisions this batch made, in order.
+    revisions: Vec<Revision>,
 }
 
 impl<'a> ApplyBatch<'a> {
     /// Starts one write (one main revision) inside the batch.
     pub fn txn(&mut self) -> TxnWrite<'_, 'a> {
         let begin_rev = self.state.rev;
-        TxnWrite { batch: self, begin_rev, changes: Vec::new() }
+        TxnWrite { batch: self, begin_rev, events: Vec::new() }
     }
 
     /// A read-only view of the state including the batch's writes so far.
@@ -211,12 +265,53 @@ impl<'a> ApplyBatch<'a> {
         self.state.compact_rev
     }
 
-    /// Writes the batch atomically (synced when `sync`), then lets readers in.
-    pub fn commit(mut self, sync: bool) -> Result<()> {
+    pub fn leases(&self) -> &LeaseTable {
+        &self.state.leases
+    }
+
+    /// Adds a lease (the caller has checked that `id` is free).
+    pub fn grant_lease(&mut self, id: i64, record: LeaseRecord) {
+        self.state.leases.insert(id, record);
+        self.put_lease(id, record);
+    }
+
+    /// Sets a lease's checkpointed remaining TTL; false if there is no such lease.
+    pub fn checkpoint_lease(&mut self, id: i64, remaining: i64) -> bool {
+        if !self.state.leases.set_remaining(id, remaining) {
+            return false;
+        }
+        let record = self.state.leases.get(id).expect("lease just updated").record;
+        self.put_lease(id, record);
+        true
+    }
+
+    fn put_lease(&mut self, id: i64, record: LeaseRecord) {
+        self.batch.put(keys::lease_key(id), bincode::serialize(&record).expect("lease record serializes"));
+    }
+
+    /// Removes a lease and deletes its keys in key order, all at one new revision (none if it
+    /// had no keys). Returns false if there is no such lease.
+    pub fn revoke_lease(&mut self, id: i64) -> Result<bool> {
+        let Some(lease) = self.state.leases.remove(id) else {
+            return Ok(false);
+        };
+        self.batch.delete(keys::lease_key(id));
+        let mut tw = self.txn();
+        for k in &lease.keys {
+            tw.delete_range(k, None)?;
+        }
+        tw.end();
+        Ok(true)
+    }
+
+    /// Writes the batch atomically (synced when `sync`), then lets readers in. Returns the
+    /// revisions it made, for the watch hub.
+    pub fn commit(mut self, sync: bool) -> Result<Vec<Revision>> {
         let rev = self.state.rev;
         self.batch.put(keys::sm_meta(META_REV), rev.to_be_bytes().to_vec());
         let batch = std::mem::take(&mut self.batch);
-        self.engine.write(batch, sync)
+        self.engine.write(batch, sync)?;
+        Ok(std::mem::take(&mut self.revisions))
     }
 }
 
@@ -224,69 +319,92 @@ impl<'a> ApplyBatch<'a> {
 pub struct TxnWrite<'b, 'a> {
     batch: &'b mut ApplyBatch<'a>,
     begin_rev: i64,
-    /// The changes so far: puts as full values, deletes as a KeyValue with only `key` set.
-    changes: Vec<(KeyValue, bool)>,
+    /// The changes so far, as watch events.
+    events: Vec<Event>,
 }
 
 impl TxnWrite<'_, '_> {
     fn next_rev(&self) -> Rev {
-        Rev::new(self.begin_rev + 1, self.changes.len() as i64)
+        Rev::new(self.begin_rev + 1, self.events.len() as i64)
+    }
+
+    /// The key's value before this transaction, when the batch collects previous values.
+    fn prev_for_event(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+        if !self.batch.want_prev {
+            return Ok(None);
+        }
+        match self.batch.state.index.get(key, self.begin_rev) {
+            Some(f) => Ok(Some(self.load(f.modified)?)),
+            None => Ok(None),
+        }
     }
 
     /// Puts `key`; returns the revision of the write.
-    pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> i64 {
+    pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<i64> {
         let rev = self.next_rev();
+        let prev_kv = self.prev_for_event(key)?;
         let (created, version) = self.batch.state.index.put(key, rev);
+        let key = Bytes::copy_from_slice(key);
+        self.batch.state.leases.set_key(&key, lease);
         let kv = KeyValue {
-            key: key.to_vec().into(),
+            key,
             create_revision: created,
             mod_revision: rev.main,
             version,
-            value: value.to_vec().into(),
+            value: Bytes::copy_from_slice(value),
             lease,
         };
         let k = keys::rev_key(rev, false);
         let bytes = kv.encode_to_vec();
         self.batch.overlay.insert(k.clone(), Some(bytes.clone()));
         self.batch.batch.put(k, bytes);
-        self.changes.push((kv, false));
-        rev.main
+        self.events.push(Event { r#type: EventType::Put as i32, kv: Some(kv), prev_kv });
+        Ok(rev.main)
     }
 
     /// Deletes every live key in the range; returns how many were deleted.
-    pub fn delete_range(&mut self, key: &[u8], end: Option<&[u8]>) -> i64 {
+    pub fn delete_range(&mut self, key: &[u8], end: Option<&[u8]>) -> Result<i64> {
         let at = self.rev();
+        let before = self.events.len() as i64;
         let mut doomed = Vec::new();
         self.batch.state.index.visit(key, end, at, |k, _| {
             doomed.push(k.to_vec());
             true
         });
-        for k in &doomed {
+        for k in doomed {
             let rev = self.next_rev();
-            self.batch.state.index.tombstone(k, rev);
-            let kv = KeyValue { key: k.clone().into(), ..Default::default() };
+            let prev_kv = self.prev_for_event(&k)?;
+            self.batch.state.index.tombstone(&k, rev);
+            let key = Bytes::from(k);
+            self.batch.state.leases.set_key(&key, 0);
+            // Stored as etcd stores a tombstone: the key alone; the event adds the revision.
+            let stored = KeyValue { key, ..Default::default() };
             let hk = keys::rev_key(rev, true);
-            let bytes = kv.encode_to_vec();
+            let bytes = stored.encode_to_vec();
             self.batch.overlay.insert(hk.clone(), Some(bytes.clone()));
             self.batch.batch.put(hk, bytes);
-            self.changes.push((kv, true));
+            let kv = KeyValue { mod_revision: rev.main, ..stored };
+            self.events.push(Event { r#type: EventType::Delete as i32, kv: Some(kv), prev_kv });
         }
-        doomed.len() as i64
+        Ok(self.events.len() as i64 - before)
     }
 
     /// Whether this transaction changed anything.
     pub fn changed(&self) -> bool {
-        !self.changes.is_empty()
+        !self.events.is_empty()
     }
 
     /// Ends the transaction, advancing the store revision if it changed anything. Returns the
-    /// resulting revision and the changes (put or delete, in order) for the watch hub.
-    pub fn end(self) -> (i64, Vec<(KeyValue, bool)>) {
-        if self.changes.is_empty() {
-            return (self.begin_rev, self.changes);
+    /// resulting revision.
+    pub fn end(self) -> i64 {
+        if self.events.is_empty() {
+            return self.begin_rev;
         }
-        self.batch.state.rev = self.begin_rev + 1;
-        (self.begin_rev + 1, self.changes)
+        let rev = self.begin_rev + 1;
+        self.batch.state.rev = rev;
+        let prev_known = self.batch.want_prev;
+        self.batch.revisions.push(Revision { rev, events: self.events, prev_known });
+        rev
     }
 }
 
@@ -295,7 +413,7 @@ impl View for TxnWrite<'_, '_> {
         &self.batch.state.index
     }
     fn rev(&self) -> i64 {
-        self.begin_rev + if self.changes.is_empty() { 0 } else { 1 }
+        self.begin_rev + if self.events.is_empty() { 0 } else { 1 }
     }
     fn compact_rev(&self) -> i64 {
         self.batch.state.compact_rev
@@ -306,5 +424,8 @@ impl View for TxnWrite<'_, '_> {
             Some(v) => decode_kv(rev, v.clone()),
             None => decode_kv(rev, self.batch.engine.get(&k)?),
         }
+    }
+    fn leases(&self) -> &LeaseTable {
+        &self.batch.state.leases
     }
 }

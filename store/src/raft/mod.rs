@@ -18,8 +18,9 @@ use std::fmt;
 use std::io::Cursor;
 
 use keel_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
-    TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseCheckpointRequest,
+    LeaseCheckpointResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    PutRequest, PutResponse, TxnRequest, TxnResponse,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -72,6 +73,12 @@ pub enum Command {
     DeleteRange(Proto<DeleteRangeRequest>),
     Txn(Proto<TxnRequest>),
     Compact(Proto<CompactionRequest>),
+    /// A grant with the id and TTL already chosen by the proposer.
+    LeaseGrant(Proto<LeaseGrantRequest>),
+    /// A revoke, asked by a client or proposed by the leader when the lease expired.
+    LeaseRevoke(Proto<LeaseRevokeRequest>),
+    /// Remaining TTLs recorded by the leader, so a restart or a new leader does not reset them.
+    LeaseCheckpoint(Proto<LeaseCheckpointRequest>),
 }
 
 /// What applying one entry produced.
@@ -83,6 +90,9 @@ pub enum Reply {
     DeleteRange(Proto<DeleteRangeResponse>),
     Txn(Proto<TxnResponse>),
     Compact(Proto<CompactionResponse>),
+    LeaseGrant(Proto<LeaseGrantResponse>),
+    LeaseRevoke(Proto<LeaseRevokeResponse>),
+    LeaseCheckpoint(Proto<LeaseCheckpointResponse>),
 }
 
 /// The reply to a command: a deterministic refusal is as much an outcome as a success.
@@ -96,6 +106,9 @@ impl fmt::Display for Command {
             Command::DeleteRange(_) => f.write_str("delete_range"),
             Command::Txn(_) => f.write_str("txn"),
             Command::Compact(_) => f.write_str("compact"),
+            Command::LeaseGrant(_) => f.write_str("lease_grant"),
+            Command::LeaseRevoke(_) => f.write_str("lease_revoke"),
+            Command::LeaseCheckpoint(_) => f.write_str("lease_checkpoint"),
         }
     }
 }

@@ -17,7 +17,8 @@ use parking_lot::Mutex;
 use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
 use crate::engine::{Batch, Pair};
 use crate::error::{Error, Result};
-use crate::mvcc::{keys, kv, ApplyBatch, Mvcc};
+use crate::mvcc::{keys, kv, lease, ApplyBatch, Mvcc};
+use crate::watch::Hub;
 
 type Membership = StoredMembership<u64, openraft::BasicNode>;
 
@@ -29,7 +30,7 @@ struct AppliedState {
     membership: Membership,
 }
 
-/// A snapshot: the state machine's keys (prefixes `m` and `r`) at one applied log id.
+/// A snapshot: the state machine's keys (`keys::STATE_MACHINE` prefixes) at one applied log id.
 #[derive(Clone)]
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, openraft::BasicNode>,
@@ -40,6 +41,8 @@ struct StoredSnapshot {
 #[derive(Clone)]
 pub struct StateMachine {
     mvcc: Arc<Mvcc>,
+    /// Receives every applied revision after its batch is durable.
+    hub: Arc<Hub>,
     applied: Arc<Mutex<AppliedState>>,
     snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_seq: Arc<Mutex<u64>>,
@@ -56,12 +59,14 @@ fn read_meta<T: serde::de::DeserializeOwned>(mvcc: &Mvcc, name: &str) -> Result<
 
 /// Applies one command inside the batch. Refusals are replies; only engine failures are errors.
 pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Error> {
-    let leases = kv::NoLeases;
     Ok(match cmd {
-        Command::Put(Proto(p)) => Reply::Put(Proto(kv::put(batch, p, &leases)?.0)),
-        Command::DeleteRange(Proto(d)) => Reply::DeleteRange(Proto(kv::delete_range(batch, d)?.0)),
-        Command::Txn(Proto(t)) => Reply::Txn(Proto(kv::txn(batch, t, &leases)?.0)),
+        Command::Put(Proto(p)) => Reply::Put(Proto(kv::put(batch, p)?)),
+        Command::DeleteRange(Proto(d)) => Reply::DeleteRange(Proto(kv::delete_range(batch, d)?)),
+        Command::Txn(Proto(t)) => Reply::Txn(Proto(kv::txn(batch, t)?)),
         Command::Compact(Proto(c)) => Reply::Compact(Proto(kv::compact(batch, c)?)),
+        Command::LeaseGrant(Proto(g)) => Reply::LeaseGrant(Proto(lease::grant(batch, g)?)),
+        Command::LeaseRevoke(Proto(r)) => Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?)),
+        Command::LeaseCheckpoint(Proto(c)) => Reply::LeaseCheckpoint(Proto(lease::checkpoint(batch, c)?)),
     })
 }
 
@@ -77,6 +82,7 @@ impl StateMachine {
         let last = read_meta::<LogId>(&mvcc, APPLIED)?;
         let membership = read_meta::<Membership>(&mvcc, MEMBERSHIP)?.unwrap_or_default();
         Ok(Self {
+            hub: Arc::new(Hub::new(mvcc.clone())),
             mvcc,
             applied: Arc::new(Mutex::new(AppliedState { last, membership })),
             snapshot: Arc::new(Mutex::new(None)),
@@ -96,6 +102,10 @@ impl StateMachine {
         &self.mvcc
     }
 
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
     /// The last applied log id.
     pub fn last_applied(&self) -> Option<LogId> {
         self.applied.lock().last
@@ -105,8 +115,10 @@ impl StateMachine {
     fn dump(&self) -> Result<Vec<Pair>> {
         let _view = self.mvcc.read();
         let e = self.mvcc.engine();
-        let mut pairs = e.scan(&[keys::HISTORY], &keys::prefix_end(keys::HISTORY))?;
-        pairs.extend(e.scan(&[keys::SM_META], &keys::prefix_end(keys::SM_META))?);
+        let mut pairs = Vec::new();
+        for p in keys::STATE_MACHINE {
+            pairs.extend(e.scan(&[p], &keys::prefix_end(p))?);
+        }
         Ok(pairs)
     }
 }
@@ -149,7 +161,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let sm_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Write);
         let mut applied = self.applied.lock();
-        let mut batch = self.mvcc.apply();
+        let mut batch = self.mvcc.apply(self.hub.wants_prev());
         let mut replies = Vec::new();
         let mut last = applied.last;
         let mut membership = applied.membership.clone();
@@ -185,9 +197,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             batch.put_meta(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
         }
         batch.put_meta(keys::sm_meta(MEMBERSHIP), bincode::serialize(&membership).expect("membership serializes"));
-        batch.commit(true).map_err(sm_err)?;
+        let revisions = batch.commit(true).map_err(sm_err)?;
         applied.last = last;
         applied.membership = membership;
+        drop(applied);
+        self.hub.publish(&revisions);
         Ok(replies)
     }
 
@@ -208,8 +222,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let data = snapshot.into_inner();
         let pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
         let mut b = Batch::default();
-        b.delete_range(vec![keys::HISTORY], keys::prefix_end(keys::HISTORY));
-        b.delete_range(vec![keys::SM_META], keys::prefix_end(keys::SM_META));
+        for p in keys::STATE_MACHINE {
+            b.delete_range(vec![p], keys::prefix_end(p));
+        }
         for (k, v) in pairs {
             b.put(k, v);
         }
@@ -225,6 +240,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             applied.last = meta.last_log_id;
             applied.membership = meta.last_membership.clone();
         }
+        self.hub.reset();
         *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data });
         Ok(())
     }

@@ -2,19 +2,22 @@
 //! `/version`, all on each client listener. This is the only place that maps [`Error`] to etcd's
 //! gRPC codes and messages ([`status`]).
 //!
-//! Services not built yet (Watch, Lease, Cluster, Auth) are not registered, so their calls are
+//! Services not built yet (Cluster, Auth) are not registered, so their calls are
 //! answered `Unimplemented`, as the README's compatibility table lists.
 
 mod authority;
 mod http;
 mod kv;
+mod lease;
 mod maintenance;
 pub mod validate;
+mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use keel_proto::etcdserverpb::kv_server::KvServer;
+use keel_proto::etcdserverpb::lease_server::LeaseServer;
 use keel_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use tokio::net::TcpListener;
 use tonic::{Code, Status};
@@ -33,8 +36,9 @@ pub fn status(e: Error) -> Status {
         | Error::DuplicateKey
         | Error::InvalidSortOption
         | Error::RequestTooLarge => Code::InvalidArgument,
-        Error::Compacted | Error::FutureRev => Code::OutOfRange,
+        Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
         Error::LeaseNotFound => Code::NotFound,
+        Error::LeaseExist => Code::FailedPrecondition,
         Error::NoLeader | Error::Timeout | Error::Stopped => Code::Unavailable,
         Error::NotLeader => Code::FailedPrecondition,
         Error::Corrupt(_) => Code::DataLoss,
@@ -60,7 +64,15 @@ pub async fn serve(
     let maintenance = MaintenanceServer::new(maintenance::MaintenanceService::new(member.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(usize::MAX);
-    let router =
-        tonic::service::Routes::new(kv).add_service(maintenance).into_axum_router().merge(http::router(member));
+    let lease = LeaseServer::new(lease::LeaseService::new(member.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(usize::MAX);
+    let watch = watch::WatchServer::new(member.clone(), max_recv);
+    let router = tonic::service::Routes::new(kv)
+        .add_service(maintenance)
+        .add_service(lease)
+        .add_service(watch)
+        .into_axum_router()
+        .merge(http::router(member));
     axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
 }

@@ -1,0 +1,209 @@
+//! The leader's side of leases: expiry timers, keep-alives, remaining TTLs, lease ids.
+//!
+//! The lease table itself is replicated state (`mvcc::lease`); time is not. Only the leader keeps
+//! expiry deadlines, in memory: when it becomes leader (a new term) it forgets any old deadlines
+//! and gives every lease its full remaining time again — the checkpointed remaining TTL if there
+//! is one, else the granted TTL — so nothing expires because of an election. An expired lease
+//! becomes a `LeaseRevoke` Raft entry, so every member deletes the same keys at the same
+//! revision. Every [`CHECKPOINT_INTERVAL`], and when the member shuts down, the leader records
+//! the remaining TTLs through Raft (`LeaseCheckpoint`), so a restart does not reset long leases.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use keel_proto::etcdserverpb::{LeaseCheckpoint, LeaseCheckpointRequest, LeaseRevokeRequest};
+use openraft::ServerState;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::mvcc::lease::LeaseRecord;
+use crate::mvcc::View;
+use crate::node::Member;
+use crate::raft::{Command, Proto};
+
+/// How often the leader looks for expired leases (etcd checks every 500 ms too).
+pub const EXPIRY_TICK: Duration = Duration::from_millis(500);
+/// How often the leader checkpoints remaining TTLs (etcd's default checkpoint interval).
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(300);
+/// Checkpoints per Raft entry (etcd's maxLeaseCheckpointBatchSize).
+const CHECKPOINT_BATCH: usize = 1000;
+
+#[derive(Default)]
+struct Deadlines {
+    /// The term these deadlines belong to; None when not leader.
+    term: Option<u64>,
+    expiry: HashMap<i64, Instant>,
+    /// Leases whose revoke is being proposed.
+    revoking: HashSet<i64>,
+}
+
+pub struct Lessor {
+    member_id: u64,
+    /// etcd's minimum TTL in seconds: 1.5 election timeouts, rounded up.
+    pub min_ttl: i64,
+    next_id: AtomicU64,
+    deadlines: Mutex<Deadlines>,
+}
+
+/// The TTL a lease gets again when a leader (re)starts its timer.
+fn fresh_ttl(r: &LeaseRecord) -> Duration {
+    Duration::from_secs(if r.remaining > 0 { r.remaining } else { r.ttl }.max(0) as u64)
+}
+
+impl Lessor {
+    pub fn new(member_id: u64, heartbeat_ms: u64, election_timeout_ms: u64) -> Self {
+        // etcd: (3 * election ticks / 2) heartbeats, rounded up to whole seconds.
+        let ticks = election_timeout_ms / heartbeat_ms.max(1);
+        let min_ttl = ((3 * ticks / 2) * heartbeat_ms).div_ceil(1000) as i64;
+        // Ids as etcd makes them: the member's low 16 bits, then a counter seeded from the clock,
+        // so ids differ between members and across restarts.
+        let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        let suffix = ((ms as u64) & ((1 << 40) - 1)) << 8;
+        Self { member_id, min_ttl, next_id: AtomicU64::new(suffix), deadlines: Mutex::new(Deadlines::default()) }
+    }
+
+    /// A fresh lease id (positive, non-zero) that `taken` does not know.
+    pub fn new_id(&self, taken: impl Fn(i64) -> bool) -> i64 {
+        loop {
+            let suffix = self.next_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & ((1 << 48) - 1);
+            let id = (((self.member_id & 0xffff) << 48 | suffix) & (i64::MAX as u64)) as i64;
+            if id != 0 && !taken(id) {
+                return id;
+            }
+        }
+    }
+
+    /// Brings the deadlines in line with this member's role: a new term as leader starts every
+    /// lease afresh; a follower keeps none.
+    fn sync_role(&self, m: &Member) -> parking_lot::MutexGuard<'_, Deadlines> {
+        let term = {
+            let rx = m.raft.metrics();
+            let mt = rx.borrow();
+            (mt.state == ServerState::Leader && mt.current_leader == Some(m.id)).then_some(mt.current_term)
+        };
+        let mut d = self.deadlines.lock();
+        if d.term != term {
+            d.term = term;
+            d.expiry.clear();
+        }
+        d
+    }
+
+    /// Renews a lease (a keep-alive); returns its granted TTL.
+    pub fn renew(&self, m: &Arc<Member>, id: i64) -> Result<i64> {
+        let mut d = self.sync_role(m);
+        if d.term.is_none() {
+            return Err(if m.raft.metrics().borrow().current_leader.is_some() {
+                Error::NotLeader
+            } else {
+                Error::NoLeader
+            });
+        }
+        let record = m.mvcc.read().leases().get(id).map(|l| l.record).ok_or(Error::LeaseNotFound)?;
+        let now = Instant::now();
+        if d.expiry.get(&id).is_some_and(|e| *e <= now) {
+            // Expired; its revoke is on the way.
+            return Err(Error::LeaseNotFound);
+        }
+        d.expiry.insert(id, now + Duration::from_secs(record.ttl.max(0) as u64));
+        drop(d);
+        if record.remaining > 0 {
+            // The checkpointed remaining TTL is stale now that the lease is renewed.
+            let m = m.clone();
+            tokio::spawn(async move {
+                let cp = LeaseCheckpointRequest { checkpoints: vec![LeaseCheckpoint { id, remaining_ttl: 0 }] };
+                let _ = m.write(Command::LeaseCheckpoint(Proto(cp))).await;
+            });
+        }
+        Ok(record.ttl)
+    }
+
+    /// A lease's remaining time as the leader counts it; None if this member is not the leader.
+    pub fn remaining(&self, m: &Member, id: i64, record: &LeaseRecord) -> Option<Duration> {
+        let mut d = self.sync_role(m);
+        d.term?;
+        let now = Instant::now();
+        let at = *d.expiry.entry(id).or_insert_with(|| now + fresh_ttl(record));
+        Some(at.saturating_duration_since(now))
+    }
+
+    /// Starts a new lease's timer (after its grant was applied).
+    pub fn granted(&self, m: &Member, id: i64, ttl: i64) {
+        let mut d = self.sync_role(m);
+        if d.term.is_some() {
+            d.expiry.insert(id, Instant::now() + Duration::from_secs(ttl.max(0) as u64));
+        }
+    }
+
+    /// One expiry pass: proposes a revoke for every expired lease.
+    fn expire(&self, m: &Arc<Member>) {
+        let leases: Vec<(i64, LeaseRecord)> = m.mvcc.read().leases().iter().map(|(id, l)| (id, l.record)).collect();
+        let mut d = self.sync_role(m);
+        if d.term.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        let live: HashSet<i64> = leases.iter().map(|(id, _)| *id).collect();
+        d.expiry.retain(|id, _| live.contains(id));
+        let mut due = Vec::new();
+        for (id, r) in &leases {
+            let at = *d.expiry.entry(*id).or_insert_with(|| now + fresh_ttl(r));
+            if at <= now && d.revoking.insert(*id) {
+                due.push(*id);
+            }
+        }
+        drop(d);
+        for id in due {
+            let m = m.clone();
+            tokio::spawn(async move {
+                let _ = m.write(Command::LeaseRevoke(Proto(LeaseRevokeRequest { id }))).await;
+                m.lessor.deadlines.lock().revoking.remove(&id);
+            });
+        }
+    }
+
+    /// Records every lease's remaining TTL through Raft (leader only).
+    pub async fn checkpoint(&self, m: &Member) {
+        let leases: Vec<(i64, LeaseRecord)> = m.mvcc.read().leases().iter().map(|(id, l)| (id, l.record)).collect();
+        let mut cps = Vec::new();
+        {
+            let mut d = self.sync_role(m);
+            if d.term.is_none() {
+                return;
+            }
+            let now = Instant::now();
+            for (id, r) in &leases {
+                let at = *d.expiry.entry(*id).or_insert_with(|| now + fresh_ttl(r));
+                let left = at.saturating_duration_since(now).as_secs_f64().ceil() as i64;
+                if left < r.ttl && left != r.remaining {
+                    cps.push(LeaseCheckpoint { id: *id, remaining_ttl: left.max(1) });
+                }
+            }
+        }
+        for chunk in cps.chunks(CHECKPOINT_BATCH) {
+            let req = LeaseCheckpointRequest { checkpoints: chunk.to_vec() };
+            if m.write(Command::LeaseCheckpoint(Proto(req))).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The leader's loop: expiry every [`EXPIRY_TICK`], checkpoints every
+    /// [`CHECKPOINT_INTERVAL`]. Ends when the member is gone.
+    pub async fn run(member: Weak<Member>) {
+        let mut tick = tokio::time::interval(EXPIRY_TICK);
+        let mut last_checkpoint = Instant::now();
+        loop {
+            tick.tick().await;
+            let Some(m) = member.upgrade() else { return };
+            m.lessor.expire(&m);
+            if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+                last_checkpoint = Instant::now();
+                m.lessor.checkpoint(&m).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `etcdserverpb.Lease`: grants and revokes through Raft; keep-alives and remaining TTLs from the
+//! leader's lessor; lists from the replicated lease table.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use keel_proto::etcdserverpb::lease_server::Lease;
+use keel_proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::status;
+use crate::error::Error;
+use crate::mvcc::lease::MAX_TTL;
+use crate::mvcc::View;
+use crate::node::Member;
+use crate::raft::{Command, Proto, Reply};
+
+pub struct LeaseService {
+    member: Arc<Member>,
+}
+
+impl LeaseService {
+    pub fn new(member: Arc<Member>) -> Self {
+        Self { member }
+    }
+}
+
+fn unexpected() -> Status {
+    status(Error::Corrupt("unexpected reply to a lease command".into()))
+}
+
+type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(&self, req: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
+        let m = &self.member;
+        let mut g = req.into_inner();
+        if g.ttl > MAX_TTL {
+            return Err(status(Error::LeaseTtlTooLarge));
+        }
+        // Chosen here, carried in the entry: every member grants the same lease.
+        g.ttl = g.ttl.max(m.lessor.min_ttl);
+        if g.id == 0 {
+            g.id = m.lessor.new_id(|id| m.mvcc.read().leases().exists(id));
+        }
+        match m.write(Command::LeaseGrant(Proto(g))).await.map_err(status)? {
+            Reply::LeaseGrant(Proto(mut resp)) => {
+                m.lessor.granted(m, resp.id, resp.ttl);
+                m.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
+        match self.member.write(Command::LeaseRevoke(Proto(req.into_inner()))).await.map_err(status)? {
+            Reply::LeaseRevoke(Proto(mut resp)) => {
+                self.member.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    type LeaseKeepAliveStream = KeepAliveStream;
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<Streaming<LeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let m = self.member.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(r)) = inbound.message().await {
+                let ttl = match m.lessor.renew(&m, r.id) {
+                    Ok(ttl) => ttl,
+                    // etcd answers an unknown (or just expired) lease with TTL 0.
+                    Err(Error::LeaseNotFound) => 0,
+                    Err(e) => {
+                        let _ = tx.send(Err(status(e))).await;
+                        return;
+                    }
+                };
+                let mut resp = LeaseKeepAliveResponse { header: None, id: r.id, ttl };
+                m.fill(&mut resp.header);
+                if tx.send(Ok(resp)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let m = &self.member;
+        let r = req.into_inner();
+        m.linearize().await.map_err(status)?;
+        let found = m.mvcc.read().leases().get(r.id).map(|l| (l.record, l.keys.iter().cloned().collect::<Vec<_>>()));
+        let mut resp = match found {
+            // etcd answers an unknown lease with TTL -1, not an error.
+            None => LeaseTimeToLiveResponse { id: r.id, ttl: -1, ..Default::default() },
+            Some((record, keys)) => {
+                let left = m.lessor.remaining(m, r.id, &record).ok_or_else(|| status(Error::NotLeader))?;
+                LeaseTimeToLiveResponse {
+                    header: None,
+                    id: r.id,
+                    ttl: left.as_secs() as i64,
+                    granted_ttl: record.ttl,
+                    keys: if r.keys { keys } else { Vec::new() },
+                }
+            }
+        };
+        m.fill(&mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(&self, _req: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
+        let leases = self.member.mvcc.read().leases().iter().map(|(id, _)| LeaseStatus { id }).collect();
+        let mut resp = LeaseLeasesResponse { header: None, leases };
+        self.member.fill(&mut resp.header);
+        Ok(Response::new(resp))
+    }
+}

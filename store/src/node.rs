@@ -99,7 +99,8 @@ impl Member {
         let mvcc = Arc::new(Mvcc::open(engine.clone())?);
         let sm = StateMachine::open(mvcc.clone())?;
         let hub = sm.hub().clone();
-        hub.configure(cluster_id, id, cfg.max_request_bytes as usize);
+        // etcd fragments watch responses at the request limit plus its gRPC overhead allowance.
+        hub.configure(cluster_id, id, cfg.max_request_bytes as usize + crate::server::GRPC_OVERHEAD_BYTES);
         let log = LogStore::new(engine.clone());
         let rcfg = openraft::Config {
             cluster_name: cfg.initial_cluster_token.clone(),

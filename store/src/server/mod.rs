@@ -49,7 +49,7 @@ pub fn status(e: Error) -> Status {
 }
 
 /// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
-const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
 /// Serves the client API on `listener` until `shutdown` resolves, then drains in-flight requests.
 pub async fn serve(

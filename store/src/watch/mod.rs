@@ -176,8 +176,9 @@ impl Watcher {
 
 struct StreamState {
     out: Arc<Outbox>,
-    /// Client watch id -> watcher.
-    ids: HashMap<i64, u64>,
+    /// Client watch id -> watcher; None for a watcher canceled by compaction, whose id stays
+    /// taken until the client cancels it (as in etcd).
+    ids: HashMap<i64, Option<u64>>,
     next_auto_id: i64,
     unsynced: usize,
     /// A `progress_request` waiting for every watcher of the stream to catch up.
@@ -395,7 +396,7 @@ impl Hub {
         let mut g = self.inner.lock();
         if let Some(s) = g.streams.remove(&stream) {
             s.out.tx.lock().take();
-            for wk in s.ids.into_values() {
+            for wk in s.ids.into_values().flatten() {
                 self.remove(&mut g, wk);
             }
         }
@@ -476,7 +477,7 @@ impl Hub {
             self.prev_watchers.fetch_add(1, Ordering::AcqRel);
         }
         let s = g.streams.get_mut(&stream).expect("stream checked above");
-        s.ids.insert(id, wk);
+        s.ids.insert(id, Some(wk));
         if synced {
             g.synced.insert(wk, &w);
         } else {
@@ -491,7 +492,9 @@ impl Hub {
     pub fn cancel(&self, stream: u64, id: i64) {
         let mut g = self.inner.lock();
         let Some(wk) = g.streams.get_mut(&stream).and_then(|s| s.ids.remove(&id)) else { return };
-        self.remove(&mut g, wk);
+        if let Some(wk) = wk {
+            self.remove(&mut g, wk);
+        }
         let cur = self.mvcc.current_rev();
         if let Some(s) = g.streams.get(&stream) {
             s.out.push(
@@ -574,12 +577,15 @@ impl Hub {
     /// `max_bytes` (but at least one event) each when the watcher asked for `fragment`.
     fn split(&self, w: &Watcher, header: &Bytes, events: Vec<Bytes>) -> Vec<Wire> {
         let max = self.max_bytes.load(Ordering::Relaxed);
+        let total = Wire::events(header, w.id, false).len() + events.iter().map(Bytes::len).sum::<usize>();
+        let fragment = w.fragment && events.len() > 1 && total >= max;
+        // etcd's rule: a fragment takes events while it stays below the limit, and at least one.
         let base = Wire::events(header, w.id, true).len();
         let mut groups: Vec<Vec<Bytes>> = vec![Vec::new()];
         let mut size = base;
         for e in events {
             let last = groups.last_mut().expect("one group at least");
-            if w.fragment && !last.is_empty() && size + e.len() > max {
+            if fragment && !last.is_empty() && size + e.len() >= max {
                 groups.push(Vec::new());
                 size = base;
             }
@@ -684,7 +690,7 @@ impl Hub {
                 if g.streams[&stream].out.push(vec![resp], false) {
                     self.remove(&mut g, wk);
                     if let Some(s) = g.streams.get_mut(&stream) {
-                        s.ids.remove(&id);
+                        s.ids.insert(id, None);
                     }
                 }
                 continue;
@@ -788,7 +794,7 @@ impl Hub {
     /// A watcher's state by stream and client id.
     pub fn state(&self, stream: u64, id: i64) -> Option<WatcherState> {
         let g = self.inner.lock();
-        let wk = g.streams.get(&stream)?.ids.get(&id)?;
+        let wk = g.streams.get(&stream)?.ids.get(&id)?.as_ref()?;
         let w = &g.watchers[wk];
         Some(if w.synced { WatcherState::Synced } else { WatcherState::Unsynced(w.next) })
     }

@@ -44,6 +44,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// How long a stopping member waits for client connections to finish.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn run(cfg: Config) -> anyhow::Result<()> {
     if !cfg.ignored.is_empty() {
         tracing::warn!(flags = %cfg.ignored.join(" "), "keel accepts these etcd flags but does not act on them");
@@ -72,9 +75,19 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         _ = term.recv() => tracing::info!("received SIGTERM, draining"),
         _ = int.recv() => tracing::info!("received SIGINT, draining"),
     }
+    member.begin_shutdown();
     let _ = stop_tx.send(true);
-    for s in servers {
-        s.await??;
+    // In-flight requests get a grace period; a client that keeps a finished stream open (its
+    // sending side) would otherwise hold the listener forever.
+    let drain = async {
+        for s in servers {
+            s.await??;
+        }
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(DRAIN_TIMEOUT, drain).await {
+        Ok(r) => r?,
+        Err(_) => tracing::warn!("client connections still open after {DRAIN_TIMEOUT:?}; closing them"),
     }
     member.shutdown().await;
     tracing::info!("keel stopped");

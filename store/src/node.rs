@@ -53,6 +53,8 @@ pub struct Member {
     pub request_timeout: Duration,
     engine: Arc<dyn Engine>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Becomes true when the member starts shutting down: long-lived streams end.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 /// etcd's member id: the first 8 bytes (big endian) of SHA-1 over the sorted peer URLs and the
@@ -134,6 +136,7 @@ impl Member {
             request_timeout,
             engine,
             tasks: Mutex::new(Vec::new()),
+            closing: tokio::sync::watch::channel(false).0,
         });
         member.start_tasks(cfg.watch_progress_notify_interval);
         Ok(member)
@@ -209,6 +212,18 @@ impl Member {
 
     pub fn engine(&self) -> &Arc<dyn Engine> {
         &self.engine
+    }
+
+    /// Starts shutting down: every watch stream and lease keep-alive stream ends, so the client
+    /// listeners can drain.
+    pub fn begin_shutdown(&self) {
+        self.closing.send_replace(true);
+        self.hub.close_all();
+    }
+
+    /// Resolves once [`Member::begin_shutdown`] was called.
+    pub async fn closing(&self) {
+        let _ = self.closing.subscribe().wait_for(|c| *c).await;
     }
 
     /// Checkpoints lease TTLs (if leader), then stops Raft; in-flight writes are answered first

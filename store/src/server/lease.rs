@@ -81,7 +81,15 @@ impl Lease for LeaseService {
         let (tx, rx) = mpsc::channel(16);
         let m = self.member.clone();
         tokio::spawn(async move {
-            while let Ok(Some(r)) = inbound.message().await {
+            loop {
+                let r = tokio::select! {
+                    r = inbound.message() => match r {
+                        Ok(Some(r)) => r,
+                        _ => return,
+                    },
+                    // Shutting down: the stream ends and the client moves on.
+                    _ = m.closing() => return,
+                };
                 let ttl = match m.lessor.renew(&m, r.id) {
                     Ok(ttl) => ttl,
                     // etcd answers an unknown (or just expired) lease with TTL 0.

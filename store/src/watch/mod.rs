@@ -27,7 +27,7 @@ use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -297,6 +297,8 @@ pub struct Hub {
     /// Outbox size for new streams ([`OUTBOX_BYTES`] unless a test shrinks it).
     outbox_bytes: AtomicUsize,
     wake: Notify,
+    /// Set when the member shuts down: streams end, new ones end at once.
+    closed: AtomicBool,
 }
 
 /// What a watcher is doing, for tests and diagnostics.
@@ -329,6 +331,7 @@ impl Hub {
             max_bytes: AtomicUsize::new(usize::MAX),
             outbox_bytes: AtomicUsize::new(OUTBOX_BYTES),
             wake: Notify::new(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -376,6 +379,9 @@ impl Hub {
             room: Notify::new(),
         });
         let mut g = self.inner.lock();
+        if self.closed.load(Ordering::Acquire) {
+            out.tx.lock().take();
+        }
         let id = g.next_stream;
         g.next_stream += 1;
         g.streams.insert(
@@ -389,6 +395,16 @@ impl Hub {
             },
         );
         (id, out.clone(), Responses { rx, out, hub: self.clone(), stream: id })
+    }
+
+    /// Ends every stream (member shutdown): each response stream finishes after what is queued,
+    /// and streams opened from now on end at once.
+    pub fn close_all(&self) {
+        self.closed.store(true, Ordering::Release);
+        let streams: Vec<u64> = self.inner.lock().streams.keys().copied().collect();
+        for s in streams {
+            self.close_stream(s);
+        }
     }
 
     /// Removes a stream and all its watchers.

@@ -212,6 +212,26 @@ impl Server {
         }
     }
 
+    /// Stops the process with SIGTERM and waits (up to [`STARTUP_DEADLINE`]) until it exits:
+    /// a graceful shutdown, which must not hang on open streams.
+    pub async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} did not stop within {STARTUP_DEADLINE:?} of SIGTERM", self.kind.name());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// `kill -9` then respawn on the same data dir and ports: a crash and recovery.
     pub async fn restart(&mut self) {
         self.kill9();

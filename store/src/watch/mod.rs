@@ -261,16 +261,15 @@ struct Inner {
 
 /// A revision's events with their encodings, made at most once each.
 struct Encoded<'a> {
-    header: Bytes,
     events: &'a [Event],
     plain: Vec<OnceCell<Bytes>>,
     with_prev: Vec<OnceCell<Bytes>>,
 }
 
 impl<'a> Encoded<'a> {
-    fn new(header: Bytes, events: &'a [Event]) -> Self {
+    fn new(events: &'a [Event]) -> Self {
         let n = events.len();
-        Self { header, events, plain: vec![OnceCell::new(); n], with_prev: vec![OnceCell::new(); n] }
+        Self { events, plain: vec![OnceCell::new(); n], with_prev: vec![OnceCell::new(); n] }
     }
 
     fn event(&self, i: usize, prev: bool) -> Bytes {
@@ -570,23 +569,18 @@ impl Hub {
         if hits.is_empty() {
             return;
         }
-        let enc = Encoded::new(wire::header_field(&self.header(r.rev)), &r.events);
+        let (header, enc) = (wire::header_field(&self.header(r.rev)), Encoded::new(&r.events));
         for (wk, idx) in hits {
             let w = &g.watchers[&wk];
             let delivered = (!w.prev_kv || r.prev_known) && {
-                let wires = self.wires(w, &enc, &idx);
+                let parts = idx.iter().map(|&i| enc.event(i, w.prev_kv)).collect();
+                let wires = self.split(w, &header, parts);
                 g.streams[&w.stream].out.push(wires, false)
             };
             if !delivered {
                 self.demote(g, wk, r.rev);
             }
         }
-    }
-
-    /// The responses carrying events `idx` of one revision to `w`, fragmented if it asked.
-    fn wires(&self, w: &Watcher, enc: &Encoded, idx: &[usize]) -> Vec<Wire> {
-        let parts: Vec<Bytes> = idx.iter().map(|&i| enc.event(i, w.prev_kv)).collect();
-        self.split(w, &enc.header, parts)
     }
 
     /// Builds a watcher's responses from encoded events: one response, or fragments of at most
@@ -688,7 +682,8 @@ impl Hub {
                 if from <= view.rev() { read_history(&view, from, want_prev)? } else { (vec![], view.rev()) };
             (revs, end, compact)
         };
-        // 3. Deliver under the hub lock.
+        // 3. Deliver under the hub lock; each event is encoded once for all the watchers.
+        let encoded: Vec<(i64, Encoded)> = revs.iter().map(|r| (r.rev, Encoded::new(&r.events))).collect();
         let mut g = self.inner.lock();
         let mut touched = HashSet::new();
         for (wk, next, _) in cands {
@@ -713,7 +708,7 @@ impl Hub {
             }
             let mut wires = Vec::new();
             if next <= end {
-                wires = self.catch_up_wires(w, &revs, end);
+                wires = self.catch_up_wires(w, &encoded, end);
             }
             if !wires.is_empty() && !g.streams[&w.stream].out.push(wires, false) {
                 continue;
@@ -744,32 +739,25 @@ impl Hub {
 
     /// A catching-up watcher's responses for history `revs` (ending at `end`): whole revisions
     /// per response, a new response when one grows past `max_bytes`.
-    fn catch_up_wires(&self, w: &Watcher, revs: &[Revision], end: i64) -> Vec<Wire> {
+    fn catch_up_wires(&self, w: &Watcher, revs: &[(i64, Encoded)], end: i64) -> Vec<Wire> {
         let max = self.max_bytes.load(Ordering::Relaxed);
         let mut groups: Vec<(i64, Vec<Bytes>)> = Vec::new();
         let mut size = 0;
-        for r in revs.iter().filter(|r| r.rev >= w.next) {
-            let evs: Vec<Bytes> = r
-                .events
-                .iter()
-                .filter(|e| w.wants(e))
-                .map(|e| {
-                    let e = if w.prev_kv { e.clone() } else { Event { prev_kv: None, ..e.clone() } };
-                    wire::event_field(&e)
-                })
-                .collect();
+        for (rev, enc) in revs.iter().filter(|(rev, _)| *rev >= w.next) {
+            let evs: Vec<Bytes> =
+                (0..enc.events.len()).filter(|&i| w.wants(&enc.events[i])).map(|i| enc.event(i, w.prev_kv)).collect();
             if evs.is_empty() {
                 continue;
             }
             let n: usize = evs.iter().map(Bytes::len).sum();
             match groups.last_mut() {
-                Some((rev, g)) if size + n <= max => {
-                    *rev = r.rev;
+                Some((last, g)) if size + n <= max => {
+                    *last = *rev;
                     g.extend(evs);
                     size += n;
                 }
                 _ => {
-                    groups.push((r.rev, evs));
+                    groups.push((*rev, evs));
                     size = n;
                 }
             }

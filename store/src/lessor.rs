@@ -28,6 +28,9 @@ use crate::raft::{Command, Proto};
 pub const EXPIRY_TICK: Duration = Duration::from_millis(500);
 /// How often the leader checkpoints remaining TTLs (etcd's default checkpoint interval).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(300);
+/// Most revokes in flight at once (etcd revokes at most 1000 per second), so a mass expiry does
+/// not flood Raft; the rest follow in the next ticks.
+const REVOKES_IN_FLIGHT: usize = 500;
 /// Checkpoints per Raft entry (etcd's maxLeaseCheckpointBatchSize).
 const CHECKPOINT_BATCH: usize = 1000;
 
@@ -151,7 +154,7 @@ impl Lessor {
         let mut due = Vec::new();
         for (id, r) in &leases {
             let at = *d.expiry.entry(*id).or_insert_with(|| now + fresh_ttl(r));
-            if at <= now && d.revoking.insert(*id) {
+            if at <= now && d.revoking.len() < REVOKES_IN_FLIGHT && d.revoking.insert(*id) {
                 due.push(*id);
             }
         }

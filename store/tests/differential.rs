@@ -1,20 +1,44 @@
-//! Differential test: the same seeded random KV operations against real etcd 3.4 and keel, every
-//! answer compared.
+//! Differential test: the same seeded random KV and lease operations against real etcd 3.4 and
+//! keel, every answer compared, plus etcdctl watches over the whole run.
 //!
 //! For each seed a fresh etcd and a fresh keel start side by side (own data dirs), and a
-//! `ChaCha8Rng` seeded with it generates operations over the raw gRPC KV API: Put, Range,
-//! DeleteRange, Txn (compares on every target with every result, over single keys and key
-//! ranges, nested txns, invalid txns) and Compact. Each operation goes to etcd, then to keel; the
-//! two answers must be equal:
+//! `ChaCha8Rng` seeded with it generates operations over the raw gRPC KV and Lease APIs: Put (also
+//! with leases: live, revoked, never granted), Range, DeleteRange, Txn (compares on every target
+//! with every result, over single keys and key ranges, nested txns, invalid txns, puts with
+//! leases), Compact, LeaseGrant (server- and client-chosen ids, ids in use, TTLs below etcd's
+//! minimum and above its maximum), LeaseRevoke, LeaseTimeToLive (with and without keys),
+//! LeaseLeases and one-shot LeaseKeepAlive. Each operation goes to etcd, then to keel; the two
+//! answers must be equal:
 //! - successes: the whole prost response, after `header.cluster_id`, `header.member_id` and
 //!   `header.raft_term` are normalised (these differ between two servers by construction). The
 //!   normalisation maps a non-zero value to 1 and keeps 0, at every level of a txn response, so
 //!   whether a field is set at all (etcd leaves them unset in the headers nested inside a txn
 //!   response) is still compared;
+//! - lease ids a server chose (LeaseGrant with ID 0) differ between servers by construction: each
+//!   is compared as a symbolic id, `SYMBOLIC_LEASE + n` for the server's n-th such grant, wherever
+//!   it appears (grant, time-to-live, keep-alive and lease-list answers, `lease` of every key-value,
+//!   watch events), and requests naming a symbolic id are sent with the server's own id. Ids a
+//!   client chose are the same on both servers and stay as they are;
+//! - the remaining TTL of a time-to-live answer depends on timing: it must lie in
+//!   `0..=granted TTL` and is then replaced by `REMAINING_TTL`. Lists etcd returns in map or
+//!   expiry order (leases, keys of a lease) are sorted;
 //! - errors: gRPC code and message, exactly (clients match on etcd's strings).
 //!
 //! After the operations, a sweep reads all keys at every revision from just below the compacted
-//! revision to just above the current one, so the whole retained history is compared too.
+//! revision to just above the current one, so the whole retained history is compared too. Then a
+//! lease with a short TTL gets keys attached and must expire on both servers (polled with a
+//! deadline), deleting its keys at the same revision.
+//!
+//! Watches: before the operations, `etcdctl watch -w json --prefix --prev-kv --rev=2 ''` starts
+//! against each server (from revision 2, the first write, so its output does not depend on when the
+//! watch gets registered); before each compaction the test waits until both watches have shown the
+//! current revision (a compaction racing a pending event would make etcd drop that event's
+//! `prev_kv`, as it does in a replay). At the end a sentinel key is written, each watch's output
+//! must show it, and the two outputs must be equal. Then `etcdctl watch --rev=R` replays run from
+//! the compacted revision, a middle one and the latest one, and from just below the compacted
+//! revision, which etcd refuses (etcdctl exits 5). Watch output is compared event by event: the
+//! grouping of events into responses is timing-dependent (a watch catching up gets many revisions
+//! in one response), and so are the headers of responses with events, which are dropped.
 //!
 //! The generator keeps a model of the current and compacted revisions (taken from etcd's answers)
 //! so that revisions land around both — both error paths (compacted, future) stay exercised. The
@@ -22,6 +46,12 @@
 //! keys: Go's sort is only stable up to 12 elements, and etcd's sort on non-key targets is not
 //! stable beyond that. At the end the test asserts that every op kind, every error and the main
 //! success paths occurred, so it cannot silently cover nothing.
+//!
+//! Leases the generator keeps get long TTLs (600 s and more), so none expires during a run; a
+//! grant at or below the minimum TTL (etcd raises shorter ones to 2 s) is revoked right after its
+//! answers are compared, and that revoke may find it already expired. The test assumes a server
+//! never picks one of the ids the generator uses as client-chosen or unknown ids (`GRANT_IDS`,
+//! `LEASES`).
 //!
 //! Knobs (environment):
 //! - `KEEL_DIFF_SEEDS`: seeds to run, e.g. `7`, `1,5,9`, `1..=50`, `1..50` (default `1..=5`);
@@ -34,21 +64,28 @@
 
 mod common;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Debug;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Kind, Server};
+use common::etcdctl::Etcdctl;
+use common::{Kind, Server, REQUEST_TIMEOUT};
 use keel_proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use keel_proto::etcdserverpb::kv_client::KvClient;
+use keel_proto::etcdserverpb::lease_client::LeaseClient;
 use keel_proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use keel_proto::etcdserverpb::{
     request_op, response_op, CompactionRequest, CompactionResponse, Compare, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
+    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
     PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse,
 };
+use keel_proto::mvccpb::KeyValue;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
 const DEFAULT_SEEDS: &str = "1..=5";
@@ -62,7 +99,31 @@ const KEYS: &[&[u8]] = &[b"a", b"a/1", b"a/2", b"b", b"b/1", b"c", b"d", b"e\xff
 /// Never written; used by reads, compares and deletes (missing keys, range bounds between keys).
 const ABSENT: &[&[u8]] = &[b"0", b"a/0", b"bb", b"e", b"z"];
 const VALUES: &[&[u8]] = &[b"", b"0", b"1", b"2", b"x", b"yy", b"\xff"];
+/// Lease ids named without being granted by the generator (some of them get granted as
+/// client-chosen ids, see `GRANT_IDS`).
 const LEASES: &[i64] = &[1, 0x1234, 7_587_869_349_000_000_001];
+/// Ids a client asks LeaseGrant for.
+const GRANT_IDS: &[i64] = &[0x1234, 7_587_869_349_000_000_001, i64::MAX, -7];
+/// Server-chosen lease ids are compared as `SYMBOLIC_LEASE + n` (n = 1, 2, ... in grant order).
+const SYMBOLIC_LEASE: i64 = 0x5EED_0000_0000_0000;
+/// etcd's largest lease TTL (`lease.MaxLeaseTTL`).
+const MAX_LEASE_TTL: i64 = 9_000_000_000;
+/// etcd's smallest lease TTL with the default flags: 1.5 election timeouts (1.5 s), rounded up to
+/// whole seconds. Shorter TTLs are raised to it.
+const MIN_LEASE_TTL: i64 = 2;
+/// TTLs of the leases the generator keeps: long enough never to expire during a run.
+const LONG_TTLS: &[i64] = &[600, 900, 3600, 86_400, MAX_LEASE_TTL];
+/// TTLs at or below etcd's minimum (such leases are revoked right after the grant).
+const SHORT_TTLS: &[i64] = &[i64::MIN, -5, 0, 1, MIN_LEASE_TTL];
+const TOO_LONG_TTLS: &[i64] = &[MAX_LEASE_TTL + 1, i64::MAX];
+/// TTL of the lease the expiry check lets run out.
+const EXPIRING_TTL: i64 = 3;
+/// Replaces a time-to-live answer's remaining TTL once it is checked to lie in `0..=granted`.
+const REMAINING_TTL: i64 = -1000;
+/// How long a watch may take to show an event, or a lease to expire.
+const WATCH_DEADLINE: Duration = Duration::from_secs(30);
+/// Written at the end of a seed; each watch must show it.
+const SENTINEL_KEY: &[u8] = b"zz/sentinel";
 
 const ERR_EMPTY_KEY: &str = "etcdserver: key is not provided";
 const ERR_VALUE_PROVIDED: &str = "etcdserver: value is provided";
@@ -73,6 +134,8 @@ const ERR_COMPACTED: &str = "etcdserver: mvcc: required revision has been compac
 const ERR_FUTURE_REV: &str = "etcdserver: mvcc: required revision is a future revision";
 const ERR_DUPLICATE_KEY: &str = "etcdserver: duplicate key given in txn request";
 const ERR_TOO_MANY_OPS: &str = "etcdserver: too many operations in txn request";
+const ERR_LEASE_EXISTS: &str = "etcdserver: lease already exists";
+const ERR_LEASE_TTL_TOO_LARGE: &str = "etcdserver: too large lease TTL";
 
 /// (op kind, outcome) pairs that must each occur at least once over a full run.
 const REQUIRED: &[(&str, &str)] = &[
@@ -85,6 +148,7 @@ const REQUIRED: &[(&str, &str)] = &[
     ("put", ERR_LEASE_PROVIDED),
     ("put", ERR_KEY_NOT_FOUND),
     ("put", ERR_LEASE_NOT_FOUND),
+    ("put", "ok: with a lease"),
     ("range", "ok"),
     ("range", "ok: more"),
     ("range", "ok: historical"),
@@ -110,12 +174,33 @@ const REQUIRED: &[(&str, &str)] = &[
     ("txn", ERR_COMPACTED),
     ("txn", ERR_FUTURE_REV),
     ("txn", ERR_LEASE_NOT_FOUND),
+    ("txn", "ok: put with a lease"),
+    ("txn", "ok: compare on a granted lease"),
     ("compact", "ok"),
     ("compact", "ok: physical"),
     ("compact", "ok: at the current revision"),
     ("compact", "ok: at a past revision"),
     ("compact", ERR_COMPACTED),
     ("compact", ERR_FUTURE_REV),
+    ("lease grant", "ok: server-chosen id"),
+    ("lease grant", "ok: client-chosen id"),
+    ("lease grant", "ok: TTL raised to the minimum"),
+    ("lease grant", "ok: the largest TTL"),
+    ("lease grant", ERR_LEASE_EXISTS),
+    ("lease grant", ERR_LEASE_TTL_TOO_LARGE),
+    ("lease revoke", "ok: keys deleted"),
+    ("lease revoke", "ok: no keys"),
+    ("lease revoke", ERR_LEASE_NOT_FOUND),
+    ("lease ttl", "ok: keys listed"),
+    ("lease ttl", "ok: keys not asked for"),
+    ("lease ttl", "ok: unknown lease"),
+    ("lease list", "ok: several"),
+    ("keepalive", "ok: renewed"),
+    ("keepalive", "ok: unknown lease"),
+    ("expiry", "ok: keys deleted"),
+    ("watch", "ok: live"),
+    ("watch", "ok: replay"),
+    ("watch", "refused: compacted"),
 ];
 
 #[derive(Clone, Debug)]
@@ -125,6 +210,12 @@ enum Op {
     Delete(DeleteRangeRequest),
     Txn(TxnRequest),
     Compact(CompactionRequest),
+    Grant(LeaseGrantRequest),
+    Revoke(LeaseRevokeRequest),
+    TimeToLive(LeaseTimeToLiveRequest),
+    Leases,
+    /// One request on a LeaseKeepAlive stream, one response.
+    KeepAlive(LeaseKeepAliveRequest),
 }
 
 impl Op {
@@ -135,6 +226,104 @@ impl Op {
             Op::Delete(_) => "delete",
             Op::Txn(_) => "txn",
             Op::Compact(_) => "compact",
+            Op::Grant(_) => "lease grant",
+            Op::Revoke(_) => "lease revoke",
+            Op::TimeToLive(_) => "lease ttl",
+            Op::Leases => "lease list",
+            Op::KeepAlive(_) => "keepalive",
+        }
+    }
+
+    /// The op as sent to a server: symbolic lease ids replaced by the server's own.
+    fn to_server(&self, ids: &LeaseIds) -> Op {
+        let mut op = self.clone();
+        match &mut op {
+            Op::Put(p) => p.lease = ids.to_server(p.lease),
+            Op::Txn(t) => txn_to_server(t, ids),
+            Op::Grant(g) => g.id = ids.to_server(g.id),
+            Op::Revoke(r) => r.id = ids.to_server(r.id),
+            Op::TimeToLive(r) => r.id = ids.to_server(r.id),
+            Op::KeepAlive(r) => r.id = ids.to_server(r.id),
+            Op::Range(_) | Op::Delete(_) | Op::Compact(_) | Op::Leases => {}
+        }
+        op
+    }
+}
+
+fn txn_to_server(txn: &mut TxnRequest, ids: &LeaseIds) {
+    for c in &mut txn.compare {
+        if let Some(TargetUnion::Lease(id)) = &mut c.target_union {
+            *id = ids.to_server(*id);
+        }
+    }
+    for op in txn.success.iter_mut().chain(txn.failure.iter_mut()) {
+        match &mut op.request {
+            Some(request_op::Request::RequestPut(p)) => p.lease = ids.to_server(p.lease),
+            Some(request_op::Request::RequestTxn(t)) => txn_to_server(t, ids),
+            _ => {}
+        }
+    }
+}
+
+/// Maps lease ids a server chose to symbolic ones and back (see the module documentation).
+#[derive(Default)]
+struct LeaseIds {
+    /// Server id → symbolic id.
+    symbolic: HashMap<i64, i64>,
+    /// Symbolic id → server id.
+    server: HashMap<i64, i64>,
+}
+
+impl LeaseIds {
+    fn to_server(&self, id: i64) -> i64 {
+        self.server.get(&id).copied().unwrap_or(id)
+    }
+
+    fn to_test(&self, id: i64) -> i64 {
+        self.symbolic.get(&id).copied().unwrap_or(id)
+    }
+
+    /// Gives the id a server chose for a grant the next symbolic id.
+    fn chosen(&mut self, id: i64) -> i64 {
+        let symbolic = SYMBOLIC_LEASE + self.server.len() as i64 + 1;
+        self.symbolic.insert(id, symbolic);
+        self.server.insert(symbolic, id);
+        symbolic
+    }
+
+    fn kv(&self, kv: &mut KeyValue) {
+        kv.lease = self.to_test(kv.lease);
+    }
+
+    fn txn(&self, txn: &mut TxnResponse) {
+        for op in &mut txn.responses {
+            match &mut op.response {
+                Some(response_op::Response::ResponseRange(r)) => r.kvs.iter_mut().for_each(|kv| self.kv(kv)),
+                Some(response_op::Response::ResponsePut(r)) => r.prev_kv.iter_mut().for_each(|kv| self.kv(kv)),
+                Some(response_op::Response::ResponseDeleteRange(r)) => r.prev_kvs.iter_mut().for_each(|kv| self.kv(kv)),
+                Some(response_op::Response::ResponseTxn(r)) => self.txn(r),
+                None => {}
+            }
+        }
+    }
+
+    /// Turns the server's lease ids in `reply` (to `sent`, the op as sent) into symbolic ones.
+    fn reply(&mut self, sent: &Op, reply: &mut Reply) {
+        match reply {
+            Reply::Put(r) => r.prev_kv.iter_mut().for_each(|kv| self.kv(kv)),
+            Reply::Range(r) => r.kvs.iter_mut().for_each(|kv| self.kv(kv)),
+            Reply::Delete(r) => r.prev_kvs.iter_mut().for_each(|kv| self.kv(kv)),
+            Reply::Txn(r) => self.txn(r),
+            Reply::Compact(_) | Reply::Revoke(_) => {}
+            Reply::Grant(r) => {
+                r.id = match sent {
+                    Op::Grant(g) if g.id == 0 => self.chosen(r.id),
+                    _ => self.to_test(r.id),
+                }
+            }
+            Reply::TimeToLive(r) => r.id = self.to_test(r.id),
+            Reply::Leases(r) => r.leases.iter_mut().for_each(|l| l.id = self.to_test(l.id)),
+            Reply::KeepAlive(r) => r.id = self.to_test(r.id),
         }
     }
 }
@@ -146,6 +335,28 @@ enum Reply {
     Delete(DeleteRangeResponse),
     Txn(TxnResponse),
     Compact(CompactionResponse),
+    Grant(LeaseGrantResponse),
+    Revoke(LeaseRevokeResponse),
+    TimeToLive(LeaseTimeToLiveResponse),
+    Leases(LeaseLeasesResponse),
+    KeepAlive(LeaseKeepAliveResponse),
+}
+
+impl Reply {
+    fn header(&self) -> &Option<ResponseHeader> {
+        match self {
+            Reply::Put(r) => &r.header,
+            Reply::Range(r) => &r.header,
+            Reply::Delete(r) => &r.header,
+            Reply::Txn(r) => &r.header,
+            Reply::Compact(r) => &r.header,
+            Reply::Grant(r) => &r.header,
+            Reply::Revoke(r) => &r.header,
+            Reply::TimeToLive(r) => &r.header,
+            Reply::Leases(r) => &r.header,
+            Reply::KeepAlive(r) => &r.header,
+        }
+    }
 }
 
 /// A gRPC error as a client sees it.
@@ -157,20 +368,74 @@ struct Failure {
 
 type Answer = Result<Reply, Failure>;
 
-async fn execute(kv: &mut KvClient<Channel>, op: &Op) -> Answer {
-    let reply = match op.clone() {
+/// One server's clients, and its lease ids.
+struct Conn {
+    kv: KvClient<Channel>,
+    lease: LeaseClient<Channel>,
+    ids: LeaseIds,
+}
+
+impl Conn {
+    async fn new(server: &Server) -> Conn {
+        let channel = server.channel().await;
+        Conn { kv: KvClient::new(channel.clone()), lease: LeaseClient::new(channel), ids: LeaseIds::default() }
+    }
+}
+
+/// Sends `op` (symbolic lease ids translated) and returns the normalised answer.
+async fn execute(conn: &mut Conn, op: &Op) -> Answer {
+    let sent = op.to_server(&conn.ids);
+    let (kv, lease) = (&mut conn.kv, &mut conn.lease);
+    let reply = match sent.clone() {
         Op::Put(r) => kv.put(r).await.map(|r| Reply::Put(r.into_inner())),
         Op::Range(r) => kv.range(r).await.map(|r| Reply::Range(r.into_inner())),
         Op::Delete(r) => kv.delete_range(r).await.map(|r| Reply::Delete(r.into_inner())),
         Op::Txn(r) => kv.txn(r).await.map(|r| Reply::Txn(r.into_inner())),
         Op::Compact(r) => kv.compact(r).await.map(|r| Reply::Compact(r.into_inner())),
+        Op::Grant(r) => lease.lease_grant(r).await.map(|r| Reply::Grant(r.into_inner())),
+        Op::Revoke(r) => lease.lease_revoke(r).await.map(|r| Reply::Revoke(r.into_inner())),
+        Op::TimeToLive(r) => lease.lease_time_to_live(r).await.map(|r| Reply::TimeToLive(r.into_inner())),
+        Op::Leases => lease.lease_leases(LeaseLeasesRequest {}).await.map(|r| Reply::Leases(r.into_inner())),
+        Op::KeepAlive(r) => keep_alive_once(lease, r).await.map(Reply::KeepAlive),
     };
     match reply {
         Ok(mut reply) => {
             normalise(&mut reply);
+            conn.ids.reply(&sent, &mut reply);
+            normalise_lease_reply(&mut reply);
             Ok(reply)
         }
         Err(status) => Err(Failure { code: status.code(), message: status.message().to_string() }),
+    }
+}
+
+/// Sends one keep-alive request on a fresh stream and returns the first response. The request
+/// stream stays open until then (the RPC is cancelled when the response stream is dropped).
+async fn keep_alive_once(
+    lease: &mut LeaseClient<Channel>,
+    request: LeaseKeepAliveRequest,
+) -> Result<LeaseKeepAliveResponse, tonic::Status> {
+    let requests = tokio_stream::iter([request]).chain(tokio_stream::pending());
+    let exchange = async {
+        let mut responses = lease.lease_keep_alive(requests).await?.into_inner();
+        responses.message().await?.ok_or_else(|| tonic::Status::unknown("keep-alive stream ended without a response"))
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no keep-alive response")))
+}
+
+/// Sorts what etcd returns in map or expiry order and replaces a remaining TTL in range.
+fn normalise_lease_reply(reply: &mut Reply) {
+    match reply {
+        Reply::Leases(r) => r.leases.sort_by_key(|l| l.id),
+        Reply::TimeToLive(r) => {
+            r.keys.sort();
+            if r.granted_ttl > 0 && (0..=r.granted_ttl).contains(&r.ttl) {
+                r.ttl = REMAINING_TTL;
+            }
+        }
+        _ => {}
     }
 }
 
@@ -188,6 +453,11 @@ fn normalise(reply: &mut Reply) {
         Reply::Delete(r) => normalise_header(&mut r.header),
         Reply::Compact(r) => normalise_header(&mut r.header),
         Reply::Txn(r) => normalise_txn(r),
+        Reply::Grant(r) => normalise_header(&mut r.header),
+        Reply::Revoke(r) => normalise_header(&mut r.header),
+        Reply::TimeToLive(r) => normalise_header(&mut r.header),
+        Reply::Leases(r) => normalise_header(&mut r.header),
+        Reply::KeepAlive(r) => normalise_header(&mut r.header),
     }
 }
 
@@ -224,6 +494,11 @@ struct Model {
 /// Generates operations; all randomness comes from the seeded `rng`.
 struct Gen {
     rng: ChaCha8Rng,
+    /// Leases granted and neither revoked nor expired (symbolic or client-chosen ids), from
+    /// etcd's answers.
+    leases: Vec<i64>,
+    /// Leases granted once and gone since.
+    gone: Vec<i64>,
 }
 
 fn prefix_end(key: &[u8]) -> Bytes {
@@ -309,19 +584,52 @@ impl Gen {
 
     fn op(&mut self, m: Model) -> Op {
         match self.rng.random_range(0..100) {
-            0..=29 => Op::Put(self.put()),
-            30..=56 => Op::Range(self.range(m)),
-            57..=67 => Op::Delete(self.delete()),
-            68..=94 => Op::Txn(self.txn(m)),
-            _ => Op::Compact(self.compact(m)),
+            0..=25 => Op::Put(self.put()),
+            26..=48 => Op::Range(self.range(m)),
+            49..=58 => Op::Delete(self.delete()),
+            59..=82 => Op::Txn(self.txn(m)),
+            83..=87 => Op::Compact(self.compact(m)),
+            88..=92 => Op::Grant(self.grant()),
+            93..=94 => Op::Revoke(LeaseRevokeRequest { id: self.lease_ref() }),
+            95..=97 => Op::TimeToLive(LeaseTimeToLiveRequest { id: self.lease_ref(), keys: self.chance(0.6) }),
+            98 => Op::Leases,
+            _ => Op::KeepAlive(LeaseKeepAliveRequest { id: self.lease_ref() }),
         }
+    }
+
+    /// A lease id to use: mostly a live one (often the latest, so that leases collect keys), else
+    /// one revoked or expired, or one never granted.
+    fn lease_ref(&mut self) -> i64 {
+        match self.rng.random_range(0..10) {
+            0..=3 if !self.leases.is_empty() => self.leases[self.leases.len() - 1],
+            4..=6 if !self.leases.is_empty() => self.leases[self.rng.random_range(0..self.leases.len())],
+            7 if !self.gone.is_empty() => self.gone[self.rng.random_range(0..self.gone.len())],
+            _ => self.pick(LEASES),
+        }
+    }
+
+    /// TTLs mostly long, some at or below etcd's minimum, some above its maximum; ids mostly
+    /// server-chosen, some client-chosen, some already in use.
+    fn grant(&mut self) -> LeaseGrantRequest {
+        let ttl = match self.rng.random_range(0..20) {
+            0..=14 => self.pick(LONG_TTLS),
+            15..=17 => self.pick(SHORT_TTLS),
+            _ => self.pick(TOO_LONG_TTLS),
+        };
+        let id = match self.rng.random_range(0..20) {
+            0..=11 => 0,
+            12..=16 => self.pick(GRANT_IDS),
+            _ if !self.leases.is_empty() => self.leases[self.rng.random_range(0..self.leases.len())],
+            _ => 0,
+        };
+        LeaseGrantRequest { ttl, id }
     }
 
     fn put(&mut self) -> PutRequest {
         let key = if self.chance(0.03) { Bytes::new() } else { self.written_key() };
         let mut put = PutRequest { key, value: self.value(), prev_kv: self.chance(0.4), ..Default::default() };
-        if self.chance(0.05) {
-            put.lease = self.pick(LEASES);
+        if self.chance(0.25) {
+            put.lease = self.lease_ref();
         }
         if self.chance(0.1) {
             put.ignore_value = true;
@@ -332,7 +640,7 @@ impl Gen {
         if self.chance(0.1) {
             put.ignore_lease = true;
             if self.chance(0.3) {
-                put.lease = self.pick(LEASES);
+                put.lease = self.lease_ref();
             }
         }
         put
@@ -409,7 +717,7 @@ impl Gen {
             Ok(CompareTarget::Create) => Some(TargetUnion::CreateRevision(self.any_rev(m))),
             Ok(CompareTarget::Mod) => Some(TargetUnion::ModRevision(self.any_rev(m))),
             Ok(CompareTarget::Value) => Some(TargetUnion::Value(self.value())),
-            Ok(CompareTarget::Lease) => Some(TargetUnion::Lease(self.pick(&[0, 0, 0, 1]))),
+            Ok(CompareTarget::Lease) => Some(TargetUnion::Lease(if self.chance(0.4) { 0 } else { self.lease_ref() })),
             Err(_) => None,
         };
         Compare { result: self.rng.random_range(0..4), target, key, range_end, target_union }
@@ -633,6 +941,9 @@ impl Coverage {
                 if req.ignore_lease {
                     self.note(kind, "ok: ignore_lease");
                 }
+                if req.lease != 0 && !req.ignore_lease {
+                    self.note(kind, "ok: with a lease");
+                }
             }
             (Op::Range(req), Reply::Range(resp)) => {
                 if resp.more {
@@ -681,6 +992,20 @@ impl Coverage {
                 for c in &req.compare {
                     self.note(kind, compare_outcome(c.target, c.result));
                 }
+                let branch = if resp.succeeded { &req.success } else { &req.failure };
+                let leased_put = branch.iter().any(|op| {
+                    matches!(&op.request, Some(request_op::Request::RequestPut(p)) if p.lease != 0 && !p.ignore_lease)
+                });
+                if leased_put {
+                    self.note(kind, "ok: put with a lease");
+                }
+                let granted = req
+                    .compare
+                    .iter()
+                    .any(|c| matches!(c.target_union, Some(TargetUnion::Lease(id)) if is_symbolic(id)));
+                if granted {
+                    self.note(kind, "ok: compare on a granted lease");
+                }
             }
             (Op::Compact(req), Reply::Compact(_)) => {
                 if req.physical {
@@ -691,6 +1016,32 @@ impl Coverage {
                 } else {
                     self.note(kind, "ok: at a past revision");
                 }
+            }
+            (Op::Grant(req), Reply::Grant(resp)) => {
+                self.note(kind, if req.id == 0 { "ok: server-chosen id" } else { "ok: client-chosen id" });
+                if resp.ttl > req.ttl {
+                    self.note(kind, "ok: TTL raised to the minimum");
+                }
+                if req.ttl == MAX_LEASE_TTL {
+                    self.note(kind, "ok: the largest TTL");
+                }
+            }
+            (Op::Revoke(_), Reply::Revoke(resp)) => {
+                let deleted = resp.header.as_ref().is_some_and(|h| h.revision > model.rev);
+                self.note(kind, if deleted { "ok: keys deleted" } else { "ok: no keys" });
+            }
+            (Op::TimeToLive(req), Reply::TimeToLive(resp)) => {
+                if resp.ttl == -1 {
+                    self.note(kind, "ok: unknown lease");
+                } else if !req.keys {
+                    self.note(kind, "ok: keys not asked for");
+                } else if !resp.keys.is_empty() {
+                    self.note(kind, "ok: keys listed");
+                }
+            }
+            (Op::Leases, Reply::Leases(resp)) if resp.leases.len() >= 2 => self.note(kind, "ok: several"),
+            (Op::KeepAlive(_), Reply::KeepAlive(resp)) => {
+                self.note(kind, if resp.ttl > 0 { "ok: renewed" } else { "ok: unknown lease" });
             }
             _ => {}
         }
@@ -721,10 +1072,15 @@ impl Coverage {
     fn table(&self) -> String {
         let mut out = String::new();
         for ((kind, outcome), n) in &self.seen {
-            out.push_str(&format!("  {kind:8} {n:6}  {outcome}\n"));
+            out.push_str(&format!("  {kind:12} {n:6}  {outcome}\n"));
         }
         out
     }
+}
+
+/// Whether `id` is a symbolic id of a server-chosen lease.
+fn is_symbolic(id: i64) -> bool {
+    (SYMBOLIC_LEASE..SYMBOLIC_LEASE + (1 << 32)).contains(&id)
 }
 
 fn sort_outcome(order: i32, target: i32) -> String {
@@ -776,6 +1132,118 @@ fn parse_seeds(spec: &str) -> Vec<u64> {
     seeds
 }
 
+/// Polls `done` every 20 ms until it holds (true) or [`WATCH_DEADLINE`] passes (false).
+async fn poll_until(done: impl FnMut() -> bool) -> bool {
+    common::poll_until(WATCH_DEADLINE, Duration::from_millis(20), done).await
+}
+
+/// Waits until `watch` (with `-w json`) has shown an event at revision `rev` or later, or exited.
+async fn shows_revision(watch: &mut Etcdctl, rev: i64) -> bool {
+    poll_until(|| watched_revision(&watch.stdout()) >= rev || watch.exited()).await;
+    watched_revision(&watch.stdout()) >= rev
+}
+
+/// `etcdctl watch -w json --prefix --prev-kv --rev=<rev> ''`: every key, from `rev` on.
+fn watch_args(rev: i64) -> Vec<String> {
+    ["watch", "-w", "json", "--prefix", "--prev-kv", &format!("--rev={rev}"), ""].map(String::from).to_vec()
+}
+
+/// The events of etcdctl's `watch -w json` output, one line each (lease ids symbolic), and every
+/// response without events (a cancellation) with its header normalised like gRPC headers; lines
+/// that are not JSON (etcdctl's own messages) are kept as they are. How events are grouped into
+/// responses, and so the headers of responses with events, depend on timing and are dropped.
+fn watch_events(stdout: &str, ids: &LeaseIds) -> Vec<String> {
+    let mut lines = Vec::new();
+    for line in stdout.lines() {
+        let Ok(Value::Object(mut response)) = serde_json::from_str::<Value>(line) else {
+            lines.push(line.to_string());
+            continue;
+        };
+        match response.remove("Events") {
+            Some(Value::Array(events)) if !events.is_empty() => {
+                for mut event in events {
+                    for kv in ["kv", "prev_kv"] {
+                        if let Some(lease) = event.get_mut(kv).and_then(|kv| kv.get_mut("lease")) {
+                            if let Some(id) = lease.as_i64() {
+                                *lease = Value::from(ids.to_test(id));
+                            }
+                        }
+                    }
+                    lines.push(event.to_string());
+                }
+                response.remove("Header");
+                let rest = Value::Object(response);
+                if rest != serde_json::json!({"CompactRevision": 0, "Canceled": false, "Created": false}) {
+                    lines.push(rest.to_string());
+                }
+            }
+            _ => {
+                if let Some(Value::Object(header)) = response.get_mut("Header") {
+                    for field in ["cluster_id", "member_id", "raft_term"] {
+                        if let Some(value) = header.get_mut(field) {
+                            *value = Value::from(u64::from(value.as_u64() != Some(0)));
+                        }
+                    }
+                }
+                lines.push(Value::Object(response).to_string());
+            }
+        }
+    }
+    lines
+}
+
+/// The revision of the last event in etcdctl's `watch -w json` output (0: none). Events come in
+/// revision order, so only the last response with events is read.
+fn watched_revision(stdout: &str) -> i64 {
+    stdout
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find_map(|response| {
+            let events = response.get("Events")?.as_array()?;
+            events.iter().filter_map(|event| event.get("kv")?.get("mod_revision")?.as_i64()).max()
+        })
+        .unwrap_or(0)
+}
+
+/// What a watch printed, normalised.
+#[derive(Debug, PartialEq)]
+struct WatchOutcome {
+    /// `None`: still running when stopped.
+    code: Option<i32>,
+    /// [`watch_events`] of stdout.
+    stdout: Vec<String>,
+    stderr: String,
+}
+
+impl WatchOutcome {
+    fn of(process: Etcdctl, ids: &LeaseIds) -> WatchOutcome {
+        let (code, stdout, stderr) = process.finish();
+        WatchOutcome { code, stdout: watch_events(&stdout, ids), stderr }
+    }
+}
+
+/// Where two watch outcomes first differ, with a few lines of context.
+fn watch_difference(want: &WatchOutcome, got: &WatchOutcome, name: &str) -> String {
+    let at = want.stdout.iter().zip(&got.stdout).take_while(|(a, b)| a == b).count();
+    let window = |lines: &[String]| -> String {
+        let from = at.saturating_sub(3);
+        lines.iter().enumerate().skip(from).take(8).map(|(i, l)| format!("    {i:5}: {}\n", short(l, 400))).collect()
+    };
+    format!(
+        "etcd: exit {:?}, {} lines, stderr {:?}\n{name}: exit {:?}, {} lines, stderr {:?}\n\
+         first difference at line {at}\n  etcd:\n{}  {name}:\n{}",
+        want.code,
+        want.stdout.len(),
+        want.stderr,
+        got.code,
+        got.stdout.len(),
+        got.stderr,
+        window(&want.stdout),
+        window(&got.stdout)
+    )
+}
+
 struct Run {
     against: Kind,
     /// Extra flags for the server under test (`KEEL_DIFF_FLAGS`).
@@ -812,9 +1280,9 @@ impl Run {
     }
 
     async fn compare(&self, seed: u64, etcd: &Server, other: &Server, coverage: &mut Coverage) -> Result<(), String> {
-        let (mut a, mut b) = (etcd.kv().await, other.kv().await);
+        let (mut a, mut b) = (Conn::new(etcd).await, Conn::new(other).await);
         let name = self.against.name();
-        let mut gen = Gen { rng: ChaCha8Rng::seed_from_u64(seed) };
+        let mut gen = Gen { rng: ChaCha8Rng::seed_from_u64(seed), leases: Vec::new(), gone: Vec::new() };
         let mut model = Model { rev: 1, compacted: 0 };
         let mut recent: VecDeque<String> = VecDeque::new();
 
@@ -850,9 +1318,31 @@ impl Run {
                 self.replay(seed, replay_ops)
             ))
         };
+        // Anything else that went wrong: a watch that did not get as far as it must, two watches
+        // that differ, a lease that did not expire.
+        let failure = |label: &str, detail: String| -> String {
+            format!("seed {seed}, {label}\n{detail}\nreplay: {}\n", self.replay(seed, self.ops))
+        };
+
+        // The live watches, from the first write on.
+        let mut live = Some([Etcdctl::spawn(etcd, &watch_args(2), None), Etcdctl::spawn(other, &watch_args(2), None)]);
 
         for i in 0..self.ops {
             let op = gen.op(model);
+            if let (Op::Compact(_), Some(watches)) = (&op, &mut live) {
+                // A compaction must not overtake an event still on its way to a live watch.
+                for (watch, server) in watches.iter_mut().zip(["etcd", name]) {
+                    if model.rev > 1 && !shows_revision(watch, model.rev).await {
+                        let detail = format!(
+                            "{server}'s live `etcdctl watch` did not show revision {} (within {WATCH_DEADLINE:?}); \
+                             {}",
+                            model.rev,
+                            watch.report()
+                        );
+                        return Err(failure(&format!("before op #{i} (compact)"), detail));
+                    }
+                }
+            }
             let want = execute(&mut a, &op).await;
             let got = execute(&mut b, &op).await;
             if self.trace {
@@ -862,18 +1352,33 @@ impl Run {
             check(label, &op, &want, &got, &recent, model, i + 1)?;
             coverage.record(&op, &want, model);
             if let Ok(reply) = &want {
-                let header = match reply {
-                    Reply::Put(r) => &r.header,
-                    Reply::Range(r) => &r.header,
-                    Reply::Delete(r) => &r.header,
-                    Reply::Txn(r) => &r.header,
-                    Reply::Compact(r) => &r.header,
-                };
-                if let Some(h) = header {
+                if let Some(h) = reply.header() {
                     model.rev = h.revision;
                 }
-                if let (Op::Compact(c), Reply::Compact(_)) = (&op, reply) {
-                    model.compacted = c.revision;
+                match (&op, reply) {
+                    (Op::Compact(c), Reply::Compact(_)) => model.compacted = c.revision,
+                    (Op::Grant(_), Reply::Grant(r)) if r.ttl < LONG_TTLS[0] => {
+                        // Revoked before anything can use it: it would expire during the run. It
+                        // may already have expired (not found).
+                        let revoke = Op::Revoke(LeaseRevokeRequest { id: r.id });
+                        for (conn, server) in [(&mut a, "etcd"), (&mut b, name)] {
+                            match execute(conn, &revoke).await {
+                                Ok(_) => {}
+                                Err(f) if f.code == tonic::Code::NotFound && f.message == ERR_LEASE_NOT_FOUND => {}
+                                Err(f) => {
+                                    let detail = format!("revoking the short lease {} failed: {f:?}", r.id);
+                                    return Err(failure(&format!("after op #{i} on {server}"), detail));
+                                }
+                            }
+                        }
+                        gen.gone.push(r.id);
+                    }
+                    (Op::Grant(_), Reply::Grant(r)) => gen.leases.push(r.id),
+                    (Op::Revoke(r), Reply::Revoke(_)) => {
+                        gen.leases.retain(|&id| id != r.id);
+                        gen.gone.push(r.id);
+                    }
+                    _ => {}
                 }
             }
             recent.push_back(format!("#{i}: {} -> {}", short(&op, 300), short(&want, 300)));
@@ -883,16 +1388,150 @@ impl Run {
         }
 
         // The whole retained history, from below the compacted revision to past the current one.
-        for rev in (model.compacted - 1).max(1)..=model.rev + 1 {
-            let op = Op::Range(RangeRequest {
+        let all_keys_at = |revision: i64| {
+            Op::Range(RangeRequest {
                 key: Bytes::from_static(b"\0"),
                 range_end: Bytes::from_static(b"\0"),
-                revision: rev,
+                revision,
                 ..Default::default()
-            });
+            })
+        };
+        for rev in (model.compacted - 1).max(1)..=model.rev + 1 {
+            let op = all_keys_at(rev);
             let want = execute(&mut a, &op).await;
             let got = execute(&mut b, &op).await;
             check(format!("history sweep at revision {rev}"), &op, &want, &got, &recent, model, self.ops)?;
+        }
+
+        // A lease that expires: its keys must go, on both servers, in one revision.
+        let mut lease = 0;
+        let doomed: [&'static [u8]; 3] = [b"a/1", b"b", b"e\xff"];
+        for step in 0..=doomed.len() {
+            let op = if step == 0 {
+                Op::Grant(LeaseGrantRequest { ttl: EXPIRING_TTL, id: 0 })
+            } else {
+                Op::Put(PutRequest {
+                    key: Bytes::from_static(doomed[step - 1]),
+                    value: Bytes::from_static(b"expiring"),
+                    lease,
+                    prev_kv: true,
+                    ..Default::default()
+                })
+            };
+            let want = execute(&mut a, &op).await;
+            let got = execute(&mut b, &op).await;
+            check(format!("expiry check, step {step}"), &op, &want, &got, &recent, model, self.ops)?;
+            match want {
+                Ok(Reply::Grant(r)) => lease = r.id,
+                Ok(reply) => model.rev = reply.header().as_ref().map_or(model.rev, |h| h.revision),
+                Err(f) => return Err(failure("expiry check", format!("etcd refused {op:?}: {f:?}"))),
+            }
+        }
+        for (conn, server) in [(&mut a, "etcd"), (&mut b, name)] {
+            let deadline = Instant::now() + WATCH_DEADLINE;
+            loop {
+                let answer = execute(conn, &all_keys_at(0)).await;
+                let left = match &answer {
+                    Ok(Reply::Range(r)) => r.kvs.iter().any(|kv| kv.lease == lease),
+                    _ => true,
+                };
+                if !left {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let detail = format!(
+                        "the keys of lease {lease} (TTL {EXPIRING_TTL} s) are still there after \
+                         {WATCH_DEADLINE:?} on {server}: {answer:?}"
+                    );
+                    return Err(failure("expiry check", detail));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        for op in [all_keys_at(0), Op::TimeToLive(LeaseTimeToLiveRequest { id: lease, keys: true }), Op::Leases] {
+            let want = execute(&mut a, &op).await;
+            let got = execute(&mut b, &op).await;
+            check(format!("after the lease expired: {}", op.kind()), &op, &want, &got, &recent, model, self.ops)?;
+            if let Ok(reply) = &want {
+                model.rev = reply.header().as_ref().map_or(model.rev, |h| h.revision);
+            }
+        }
+        coverage.note("expiry", "ok: keys deleted");
+
+        // The sentinel ends the live watches.
+        let op = Op::Put(PutRequest {
+            key: Bytes::from_static(SENTINEL_KEY),
+            value: Bytes::from(format!("seed {seed}")),
+            ..Default::default()
+        });
+        let want = execute(&mut a, &op).await;
+        let got = execute(&mut b, &op).await;
+        check("sentinel put".to_string(), &op, &want, &got, &recent, model, self.ops)?;
+        if let Ok(reply) = &want {
+            model.rev = reply.header().as_ref().map_or(model.rev, |h| h.revision);
+        }
+        let ids = [&a.ids, &b.ids];
+        let watches = live.take().expect("live watches");
+        let mut outcomes = Vec::new();
+        for ((mut watch, server), ids) in watches.into_iter().zip(["etcd", name]).zip(ids) {
+            if !shows_revision(&mut watch, model.rev).await {
+                let detail = format!(
+                    "{server}'s live `etcdctl watch` did not show the sentinel (revision {}) (within \
+                     {WATCH_DEADLINE:?}); {}",
+                    model.rev,
+                    watch.report()
+                );
+                return Err(failure("live watch", detail));
+            }
+            outcomes.push(WatchOutcome::of(watch, ids));
+        }
+        if outcomes[0] != outcomes[1] {
+            let detail = format!(
+                "`etcdctl {}` saw different events:\n{}",
+                watch_args(2).join(" "),
+                watch_difference(&outcomes[0], &outcomes[1], name)
+            );
+            return Err(failure("live watch", detail));
+        }
+        coverage.note("watch", "ok: live");
+
+        // Replays: from the compacted revision (the oldest one kept), a middle one, the latest one,
+        // and from just below the compacted one (refused, also in plain text: etcdctl prints the
+        // cancellation to stderr).
+        let lowest = model.compacted.max(1);
+        let mut runs: Vec<(i64, Vec<String>)> =
+            [lowest, (lowest + model.rev) / 2, model.rev].into_iter().map(|start| (start, watch_args(start))).collect();
+        if model.compacted >= 2 {
+            let below = model.compacted - 1;
+            runs.push((below, watch_args(below)));
+            runs.push((below, ["watch", "--prefix", &format!("--rev={below}"), ""].map(String::from).to_vec()));
+        }
+        for (start, args) in runs {
+            let refused = start < model.compacted;
+            let mut watches = [Etcdctl::spawn(etcd, &args, None), Etcdctl::spawn(other, &args, None)];
+            for (watch, server) in watches.iter_mut().zip(["etcd", name]) {
+                let done =
+                    if refused { poll_until(|| watch.exited()).await } else { shows_revision(watch, model.rev).await };
+                if !done {
+                    let detail = format!(
+                        "`etcdctl {}` on {server} did not {} (within {WATCH_DEADLINE:?}); {}",
+                        args.join(" "),
+                        if refused { "exit".to_string() } else { format!("show revision {}", model.rev) },
+                        watch.report()
+                    );
+                    return Err(failure("watch replay", detail));
+                }
+            }
+            let [w0, w1] = watches;
+            let (want, got) = (WatchOutcome::of(w0, &a.ids), WatchOutcome::of(w1, &b.ids));
+            if self.trace {
+                eprintln!("seed {seed}: etcdctl {} on etcd:\n{want:#?}", args.join(" "));
+            }
+            if want != got {
+                let detail = format!("`etcdctl {}` differs:\n{}", args.join(" "), watch_difference(&want, &got, name));
+                return Err(failure("watch replay", detail));
+            }
+            coverage.note("watch", if refused { "refused: compacted" } else { "ok: replay" });
         }
         Ok(())
     }

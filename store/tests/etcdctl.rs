@@ -12,6 +12,22 @@
 //! Each step also states whether etcdctl must succeed on etcd, so a typo in the script (etcdctl
 //! 3.4 rejecting a flag) fails loudly instead of comparing two identical usage errors.
 //!
+//! Leases: the id a server picks for `lease grant` differs between servers, so each server's
+//! granted ids are named `<lease1>`, `<lease2>`, ... in grant order, in etcdctl's hex form and in
+//! JSON and fields output (`ID`, `id`, `lease`); `{leaseN}` in a step's arguments or stdin stands
+//! for the server's own id. A remaining TTL (`remaining(599s)`, JSON `ttl` next to `granted-ttl`)
+//! depends on timing: it must lie in `0..=granted` and is then replaced. etcd lists leases and a
+//! lease's keys in map or expiry order; those lists are sorted.
+//!
+//! Watches: a `start` step runs `etcdctl watch ...` in the background against each server while
+//! the following steps run; its `stop` step waits (with a deadline) until each watch has printed
+//! a given line, kills both and compares what they printed. Watches start at an explicit
+//! revision (`{next}`: the server's current revision + 1) so that their output does not depend
+//! on when the server registered them. In `watch -w json` output the events are compared one by
+//! one, without the headers of the responses carrying them: how events are grouped into
+//! responses depends on timing. Every etcdctl process is killed and reaped when its handle is
+//! dropped, also on panic.
+//!
 //! A second test fetches `/health` and `/version` over plain HTTP/1.1 from the client URL (etcd
 //! serves them next to gRPC on the same port) and compares them with etcd's.
 //!
@@ -21,15 +37,19 @@
 
 mod common;
 
-use std::process::Stdio;
+use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Kind, Server};
+use common::etcdctl::Etcdctl;
+use common::{poll_until, Kind, Server};
+use keel_proto::etcdserverpb::RangeRequest;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// etcdctl has its own dial (2 s) and command (5 s) timeouts; this only bounds a stuck process.
 const ETCDCTL_DEADLINE: Duration = Duration::from_secs(60);
+/// How long `etcdctl watch` may take to exit (refused) or to print what a `stop` step waits for.
+const WATCH_DEADLINE: Duration = Duration::from_secs(10);
 
 /// One etcdctl invocation.
 struct Step {
@@ -37,10 +57,27 @@ struct Step {
     stdin: Option<String>,
     /// Whether etcdctl exits 0 against etcd (checked, to keep the script honest).
     ok: bool,
+    background: Background,
+}
+
+/// Watches running in the background across steps.
+enum Background {
+    /// A plain step: etcdctl runs to completion.
+    No,
+    /// Starts `etcdctl <args>` under this name and goes on.
+    Start(&'static str),
+    /// Waits until the named watch printed the line `until` (in JSON output: a key or value
+    /// `until`, base64-encoded), then kills it; its output is the step's output.
+    Stop { name: &'static str, until: &'static str },
 }
 
 fn ok(args: &str) -> Step {
-    Step { args: args.split_whitespace().map(String::from).collect(), stdin: None, ok: true }
+    Step {
+        args: args.split_whitespace().map(String::from).collect(),
+        stdin: None,
+        ok: true,
+        background: Background::No,
+    }
 }
 
 fn fails(args: &str) -> Step {
@@ -55,7 +92,17 @@ fn txn(args: &str, input: &str, succeeds: bool) -> Step {
 
 /// Steps whose arguments contain an empty string.
 fn ok_args(args: &[&str]) -> Step {
-    Step { args: args.iter().map(|s| s.to_string()).collect(), stdin: None, ok: true }
+    Step { args: args.iter().map(|s| s.to_string()).collect(), ..ok("") }
+}
+
+/// Starts `etcdctl <args>` (a watch) in the background as `name`.
+fn start(name: &'static str, args: &str) -> Step {
+    Step { background: Background::Start(name), ..ok(args) }
+}
+
+/// Stops the background watch `name` once it printed `until`, and compares its output.
+fn stop(name: &'static str, until: &'static str) -> Step {
+    Step { background: Background::Stop { name, until }, ..ok("") }
 }
 
 /// The command script. Revisions in comments are those of a fresh store (revision 1).
@@ -138,6 +185,62 @@ fn script() -> Vec<Step> {
         ok("del zoo --from-key --prev-kv -w json"),
         ok("put k1 again"),
         ok("put k2 again"),
+        // leases, with a live JSON watch on their keys
+        start("leases", "watch --prefix lk --prev-kv -w json --rev={next}"),
+        ok("lease grant 600"),            // <lease1>
+        ok("lease grant 900 -w json"),    // <lease2>
+        ok("lease grant 3600 -w fields"), // <lease3>
+        fails("lease grant 9000000001"),
+        ok("put lk1 v1 --lease={lease1}"),
+        ok("put lk2 v2 --lease={lease1} --prev-kv"),
+        ok("put lk3 v3 --lease={lease2} -w json"),
+        ok("put lk2 v22 --lease={lease3} --prev-kv -w json"),
+        ok("put lk1 v11 --ignore-lease --prev-kv -w json"),
+        fails("put lk4 v4 --lease=1234"),
+        txn("", "version(\"lk1\") > \"0\"\n\nput lk5 t1 --lease={lease2}\n\nput lk5 t2\n\n", true),
+        txn("-w json", "\nput lk6 t1 --lease=1234\n\n\n", false),
+        ok("get lk --prefix -w json"),
+        ok("get lk --prefix --keys-only -w fields"),
+        ok("lease timetolive {lease1}"),
+        ok("lease timetolive {lease1} --keys"),
+        ok("lease timetolive {lease2} --keys -w json"),
+        ok("lease timetolive {lease3} -w json"),
+        ok("lease timetolive 1234"),
+        ok("lease timetolive 1234 --keys -w json"),
+        ok("lease keep-alive --once {lease1}"),
+        ok("lease keep-alive --once {lease2} -w json"),
+        fails("lease keep-alive --once 1234"),
+        ok("lease list"),
+        ok("lease list -w json"),
+        ok("lease revoke {lease1}"), // deletes lk1
+        ok("get lk --prefix"),
+        ok("get lk --prefix -w json"),
+        fails("lease revoke {lease1}"),
+        fails("lease revoke 1234"),
+        ok("lease timetolive {lease1} --keys"),
+        ok("lease timetolive {lease1} -w json"),
+        fails("lease keep-alive --once {lease1}"),
+        fails("put lk7 v --lease={lease1}"),
+        ok("lease revoke {lease2} -w json"), // deletes lk3 and lk5
+        ok("lease list"),
+        ok("lease grant 9000000000"), // <lease4>, the largest TTL
+        ok("lease timetolive {lease4} --keys"),
+        ok("lease list -w json"),
+        ok("put lk/end x"),
+        stop("leases", "lk/end"),
+        // watches: replays of the history so far, and a single key watched live with --prev-kv
+        start("foo", "watch --rev=1 --prefix foo"),
+        start("foo-json", "watch --rev=1 --prefix foo --prev-kv -w json"),
+        start("k1", "watch k1 --prev-kv --rev={next}"),
+        start("k1-json", "watch k1 --prev-kv -w json --rev={next}"),
+        ok("put k1 watched"),
+        ok("del k1"),
+        ok("put k1 back"),
+        ok("put foo/end x"),
+        stop("foo", "foo/end"),
+        stop("foo-json", "foo/end"),
+        stop("k1", "back"),
+        stop("k1-json", "back"),
         // compaction and errors around it
         ok("compaction 3"),
         fails("get k1 --rev 2"),
@@ -150,6 +253,14 @@ fn script() -> Vec<Step> {
         fails("compaction 1000 --physical"),
         ok_args(&["get", "", "--from-key", "--rev", "9", "-w", "json"]),
         ok_args(&["get", "", "--from-key", "-w", "json"]),
+        // watches from below the compacted revision are refused (exit 5); from it, replayed
+        fails("watch --rev=1 --prefix foo"),
+        fails("watch --rev=4 k1 -w json"),
+        start("compacted", "watch --rev=5 --prefix foo --prev-kv"),
+        start("compacted-json", "watch --rev=5 --prefix foo --prev-kv -w json"),
+        ok("put foo/end2 x"),
+        stop("compacted", "foo/end2"),
+        stop("compacted-json", "foo/end2"),
         // endpoint
         ok("endpoint status"),
         ok("endpoint status -w table"),
@@ -157,55 +268,134 @@ fn script() -> Vec<Step> {
         ok("endpoint health"),
         ok("endpoint health -w table"),
         ok("endpoint health -w json"),
+        // Last, as the lease expires 2 s later: a TTL below etcd's minimum is raised to it.
+        ok("lease grant 1"),
     ]);
     steps
 }
 
 #[derive(Debug, PartialEq)]
 struct Outcome {
+    /// `None`: killed (a background watch stopped by the test, or a hung etcdctl).
     code: Option<i32>,
     stdout: String,
     stderr: String,
 }
 
-async fn etcdctl(server: &Server, step: &Step) -> Outcome {
-    let mut cmd = tokio::process::Command::new("etcdctl");
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("ETCDCTL_") {
-            cmd.env_remove(name);
+/// One server, the ids of the leases granted on it (in grant order: `<lease1>` first) and its
+/// background watches.
+struct Target<'a> {
+    server: &'a Server,
+    leases: Vec<i64>,
+    watches: HashMap<&'static str, Etcdctl>,
+}
+
+impl Target<'_> {
+    /// `text` with `{leaseN}` replaced by this server's id of lease N (hex, as etcdctl takes it)
+    /// and `{next}` by its current revision + 1.
+    async fn substitute(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for (n, id) in self.leases.iter().enumerate() {
+            text = text.replace(&format!("{{lease{}}}", n + 1), &format!("{id:x}"));
+        }
+        if text.contains("{next}") {
+            let range = self.server.kv().await.range(RangeRequest { key: "k".into(), ..Default::default() }).await;
+            let revision = range.expect("current revision").into_inner().header.expect("header").revision;
+            text = text.replace("{next}", &(revision + 1).to_string());
+        }
+        text
+    }
+
+    /// Notes the id a successful `lease grant` printed (simple, JSON or fields output). Output
+    /// without one (only possible from the server under test) gets an id no server picks, so the
+    /// steps using it show the difference.
+    fn note_grant(&mut self, stdout: &str) {
+        let id = stdout.lines().find_map(|line| {
+            let line = line.trim();
+            if let Some(rest) = line.strip_prefix("lease ").filter(|l| l.contains(" granted with TTL(")) {
+                let hex = rest.split_whitespace().next()?;
+                return u64::from_str_radix(hex, 16).ok().map(|id| id as i64);
+            }
+            if let Some(rest) = line.strip_prefix("\"ID\" : ") {
+                return rest.trim().parse().ok();
+            }
+            serde_json::from_str::<Value>(line).ok()?.get("ID")?.as_i64()
+        });
+        self.leases.push(id.unwrap_or(i64::MIN));
+    }
+
+    async fn run(&mut self, step: &Step) -> Outcome {
+        let mut args = Vec::new();
+        for arg in &step.args {
+            args.push(self.substitute(arg).await);
+        }
+        let Outcome { code, stdout, stderr } = match step.background {
+            Background::No => {
+                let stdin = match &step.stdin {
+                    Some(input) => Some(self.substitute(input).await),
+                    None => None,
+                };
+                let mut process = Etcdctl::spawn(self.server, &args, stdin.as_deref());
+                let deadline =
+                    if args.first().is_some_and(|a| a == "watch") { WATCH_DEADLINE } else { ETCDCTL_DEADLINE };
+                let exited = poll_until(deadline, Duration::from_millis(5), || process.exited()).await;
+                let (code, stdout, mut stderr) = process.finish();
+                if !exited {
+                    stderr.push_str(&format!("<still running after {deadline:?}; killed>"));
+                }
+                if code == Some(0) && args.starts_with(&["lease".to_string(), "grant".to_string()]) {
+                    self.note_grant(&stdout);
+                }
+                Outcome { code, stdout, stderr }
+            }
+            Background::Start(name) => {
+                let watch = Etcdctl::spawn(self.server, &args, None);
+                assert!(self.watches.insert(name, watch).is_none(), "script bug: watch {name} started twice");
+                Outcome { code: Some(0), stdout: String::new(), stderr: String::new() }
+            }
+            Background::Stop { name, until } => {
+                let mut watch = self.watches.remove(name).unwrap_or_else(|| panic!("script bug: no watch {name}"));
+                let encoded = format!("\"{}\"", base64(until.as_bytes()));
+                let shown = |out: String| out.lines().any(|l| l == until || l.contains(&encoded));
+                poll_until(WATCH_DEADLINE, Duration::from_millis(20), || shown(watch.stdout()) || watch.exited()).await;
+                let showed = shown(watch.stdout());
+                let exited_early = watch.exited();
+                let (code, stdout, mut stderr) = watch.finish();
+                if !showed {
+                    stderr.push_str(&format!("<no {until:?} within {WATCH_DEADLINE:?}>"));
+                }
+                // Killed while still running is what every stop expects: `None`.
+                Outcome { code: if exited_early { code } else { None }, stdout, stderr }
+            }
+        };
+        let port = self.server.client_port();
+        Outcome { code, stdout: normalise(&stdout, port, &self.leases), stderr: normalise(&stderr, port, &self.leases) }
+    }
+}
+
+/// Standard base64, as etcdctl prints keys and values in JSON.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
         }
     }
-    cmd.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", server.endpoint()))
-        .args(&step.args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("spawn etcdctl");
-    let mut stdin = child.stdin.take().expect("etcdctl stdin");
-    if let Some(input) = &step.stdin {
-        stdin.write_all(input.as_bytes()).await.expect("write etcdctl stdin");
-    }
-    drop(stdin);
-    let output = tokio::time::timeout(ETCDCTL_DEADLINE, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("etcdctl {:?} still running after {ETCDCTL_DEADLINE:?}", step.args))
-        .expect("wait for etcdctl");
-    let port = server.client_port();
-    Outcome {
-        code: output.status.code(),
-        stdout: normalise(&String::from_utf8_lossy(&output.stdout), port),
-        stderr: normalise(&String::from_utf8_lossy(&output.stderr), port),
-    }
+    out
 }
 
 /// Table columns whose values differ between any two servers.
 const VOLATILE_COLUMNS: &[&str] =
     &["ID", "VERSION", "DB SIZE", "RAFT TERM", "RAFT INDEX", "RAFT APPLIED INDEX", "TOOK"];
 
-fn normalise(text: &str, port: u16) -> String {
-    let text = text.replace(&format!("127.0.0.1:{port}"), "127.0.0.1:<port>");
+/// Normalises etcdctl's output against the server on `port`, on which `leases` were granted.
+fn normalise(text: &str, port: u16, leases: &[i64]) -> String {
+    let mut text = text.replace(&format!("127.0.0.1:{port}"), "127.0.0.1:<port>");
+    for (n, id) in leases.iter().enumerate() {
+        text = text.replace(&format!("{id:016x}"), &format!("<lease{}>", n + 1));
+    }
     let mut out = Vec::new();
     let mut table_header: Option<Vec<String>> = None;
     for line in text.lines() {
@@ -239,22 +429,106 @@ fn normalise(text: &str, port: u16) -> String {
         table_header = None;
         if trimmed.starts_with('{') || trimmed.starts_with('[') {
             if let Ok(mut json) = serde_json::from_str::<Value>(trimmed) {
-                normalise_json(&mut json);
-                out.push(json.to_string());
+                if let Some(events) = watch_events(&mut json) {
+                    for mut event in events {
+                        normalise_json(&mut event, leases);
+                        out.push(event.to_string());
+                    }
+                }
+                if !json.is_null() {
+                    normalise_json(&mut json, leases);
+                    out.push(json.to_string());
+                }
                 continue;
             }
         }
-        out.push(normalise_text_line(line));
+        out.push(normalise_text_line(line, leases));
     }
+    sort_lease_lists(&mut out);
     out.join("\n")
 }
 
-fn normalise_text_line(line: &str) -> String {
+/// Splits a `watch -w json` response with events into its events, returned, and the rest, left
+/// in `response` — or `Null` when the rest is only the header (whose revision depends on how
+/// events were grouped into responses) and default fields. `None` for any other JSON.
+fn watch_events(response: &mut Value) -> Option<Vec<Value>> {
+    let map = response.as_object_mut()?;
+    let events = match map.remove("Events") {
+        Some(Value::Array(events)) if !events.is_empty() => events,
+        Some(other) => {
+            map.insert("Events".into(), other);
+            return None;
+        }
+        None => return None,
+    };
+    map.remove("Header");
+    if *response == serde_json::json!({"CompactRevision": 0, "Canceled": false, "Created": false}) {
+        *response = Value::Null;
+    }
+    Some(events)
+}
+
+/// `lease list` prints `found N leases` and then the ids in expiry order: sorts them.
+fn sort_lease_lists(lines: &mut [String]) {
+    let mut at = 0;
+    while at < lines.len() {
+        let count = lines[at]
+            .strip_prefix("found ")
+            .and_then(|rest| rest.strip_suffix(" leases"))
+            .and_then(|n| n.parse::<usize>().ok());
+        match count {
+            Some(n) => {
+                let end = (at + 1 + n).min(lines.len());
+                lines[at + 1..end].sort();
+                at = end;
+            }
+            None => at += 1,
+        }
+    }
+}
+
+/// `lease timetolive`: `lease <id> granted with TTL(600s), remaining(599s)[, attached keys([k1
+/// k2])]` gets the remaining TTL replaced (if it lies in 0..=600) and the keys sorted.
+fn normalise_time_to_live(line: &str) -> Option<String> {
+    let (head, rest) = line.split_once(" granted with TTL(")?;
+    let (granted, rest) = rest.split_once("s), remaining(")?;
+    let (remaining, rest) = rest.split_once("s)")?;
+    let (granted, remaining): (i64, i64) = (granted.parse().ok()?, remaining.parse().ok()?);
+    let remaining = if (0..=granted).contains(&remaining) { "<remaining>".to_string() } else { remaining.to_string() };
+    let rest = match rest.strip_prefix(", attached keys([").and_then(|keys| keys.strip_suffix("])")) {
+        Some(keys) => {
+            let mut keys: Vec<&str> = keys.split(' ').collect();
+            keys.sort();
+            format!(", attached keys([{}])", keys.join(" "))
+        }
+        None => rest.to_string(),
+    };
+    Some(format!("{head} granted with TTL({granted}s), remaining({remaining}s){rest}"))
+}
+
+/// `<leaseN>` if `value` is the id of a lease granted on this server.
+fn lease_name(value: &Value, leases: &[i64]) -> Option<Value> {
+    let id = value.as_i64()?;
+    let n = leases.iter().position(|&l| l == id)?;
+    Some(Value::from(format!("<lease{}>", n + 1)))
+}
+
+fn normalise_text_line(line: &str, leases: &[i64]) -> String {
     // -w fields: `"ClusterID" : 123`
     for field in ["\"ClusterID\" : ", "\"MemberID\" : ", "\"RaftTerm\" : "] {
         if let Some(value) = line.strip_prefix(field) {
             return format!("{field}{}", set_or_unset(value.trim() != "0"));
         }
+    }
+    // -w fields: `"ID" : 4111120396446574116`, `"Lease" : ...`
+    for field in ["\"ID\" : ", "\"Lease\" : "] {
+        let id = line.strip_prefix(field).and_then(|value| value.trim().parse::<i64>().ok());
+        if let Some(Value::String(name)) = id.and_then(|id| lease_name(&Value::from(id), leases)) {
+            return format!("{field}{name}");
+        }
+    }
+    if let Some(line) = normalise_time_to_live(line) {
+        return line;
     }
     // endpoint health: `<url> is healthy: successfully committed proposal: took = 1.2ms`
     if let Some(at) = line.find("took = ") {
@@ -291,10 +565,22 @@ fn is_set(value: &Value) -> bool {
         && value.as_str() != Some("")
 }
 
-/// Normalises etcdctl's JSON output (responses, endpoint status/health) and its log lines.
-fn normalise_json(value: &mut Value) {
+/// Normalises etcdctl's JSON output (responses, endpoint status/health, lease answers, watch
+/// events) and its log lines.
+fn normalise_json(value: &mut Value, leases: &[i64]) {
     match value {
         Value::Object(map) => {
+            if let (Some(ttl), Some(granted)) =
+                (map.get("ttl").and_then(Value::as_i64), map.get("granted-ttl").and_then(Value::as_i64))
+            {
+                // lease timetolive: the remaining TTL depends on timing; keys come in map order.
+                if (0..=granted).contains(&ttl) {
+                    map.insert("ttl".into(), Value::from("<remaining>"));
+                }
+                if let Some(Value::Array(keys)) = map.get_mut("keys") {
+                    keys.sort_by_key(Value::to_string);
+                }
+            }
             if map.contains_key("level") && map.contains_key("msg") {
                 // etcdctl's own zap log line: drop the timestamp and the per-process client id.
                 map.remove("ts");
@@ -316,18 +602,34 @@ fn normalise_json(value: &mut Value) {
                     "version" | "took" if field.is_string() => {
                         *field = Value::from(format!("<{key}>"));
                     }
-                    _ => normalise_json(field),
+                    "ID" | "id" | "lease" if lease_name(field, leases).is_some() => {
+                        *field = lease_name(field, leases).unwrap_or_default();
+                    }
+                    "leases" => {
+                        // lease list: in expiry order.
+                        normalise_json(field, leases);
+                        if let Value::Array(items) = field {
+                            items.sort_by_key(Value::to_string);
+                        }
+                    }
+                    _ => normalise_json(field, leases),
                 }
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(normalise_json),
+        Value::Array(items) => items.iter_mut().for_each(|item| normalise_json(item, leases)),
         _ => {}
     }
 }
 
 fn show(step: &Step) -> String {
+    if let Background::Stop { name, until } = step.background {
+        return format!("stop watch {name} once it printed {until:?}");
+    }
     let args: Vec<String> = step.args.iter().map(|a| if a.is_empty() { "''".into() } else { a.clone() }).collect();
     let mut text = format!("etcdctl {}", args.join(" "));
+    if let Background::Start(name) = step.background {
+        text = format!("start watch {name}: {text}");
+    }
     if let Some(input) = &step.stdin {
         text.push_str(&format!(" <<< {input:?}"));
     }
@@ -343,8 +645,9 @@ async fn etcdctl_output_matches_etcd() {
     let steps = script();
     let trace = std::env::var_os("KEEL_DIFF_TRACE").is_some_and(|v| !v.is_empty() && v != "0");
     let mut differences = Vec::new();
+    let mut targets = [&etcd, &other].map(|server| Target { server, leases: Vec::new(), watches: HashMap::new() });
     for (i, step) in steps.iter().enumerate() {
-        let want = etcdctl(&etcd, step).await;
+        let want = targets[0].run(step).await;
         if trace {
             eprintln!(
                 "step {i}: {}
@@ -352,14 +655,18 @@ async fn etcdctl_output_matches_etcd() {
                 show(step)
             );
         }
-        assert_eq!(
-            want.code == Some(0),
-            step.ok,
+        let as_expected = match step.background {
+            Background::No => want.code.is_some() && (want.code == Some(0)) == step.ok,
+            Background::Start(_) => true,
+            Background::Stop { .. } => want.code.is_none() && !want.stderr.contains("<no "),
+        };
+        assert!(
+            as_expected,
             "script bug at step {i}: `{}` was expected to {} on etcd, got {want:#?}",
             show(step),
             if step.ok { "succeed" } else { "fail" },
         );
-        let got = etcdctl(&other, step).await;
+        let got = targets[1].run(step).await;
         if want != got {
             differences.push(format!(
                 "step {i}: {}\n  etcd: exit {:?}\n    stdout: {:?}\n    stderr: {:?}\n  \
@@ -373,6 +680,10 @@ async fn etcdctl_output_matches_etcd() {
                 got.stderr
             ));
         }
+    }
+    for target in &targets {
+        let left: Vec<&str> = target.watches.keys().copied().collect();
+        assert!(left.is_empty(), "script bug: watches {left:?} never stopped");
     }
     eprintln!("etcdctl: {} steps against etcd and {name} in {:.1?}", steps.len(), started.elapsed());
     assert!(

@@ -344,6 +344,9 @@ impl TxnWrite<'_, '_> {
         let rev = self.next_rev();
         let prev_kv = self.prev_for_event(key)?;
         let (created, version) = self.batch.state.index.put(key, rev);
+        // A creation has no previous value, even when the key was deleted earlier in this txn
+        // (etcd's watchers skip the lookup for version 1).
+        let prev_kv = if version == 1 { None } else { prev_kv };
         let key = Bytes::copy_from_slice(key);
         self.batch.state.leases.set_key(&key, lease);
         let kv = KeyValue {

@@ -20,6 +20,8 @@
 
 #![allow(dead_code)]
 
+pub mod etcdctl;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::TcpListener;
@@ -363,7 +365,7 @@ fn free_port_pair() -> (u16, u16) {
 
 /// Asks the kernel to SIGKILL the child when the spawning thread dies (Linux only), so a test
 /// process killed by a CI timeout leaves no server behind.
-fn die_with_parent(cmd: &mut Command) {
+pub fn die_with_parent(cmd: &mut Command) {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;
@@ -389,4 +391,18 @@ fn die_with_parent(cmd: &mut Command) {
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Polls `done` every `every` until it holds (true) or `deadline` passes (false).
+pub async fn poll_until(deadline: Duration, every: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + deadline;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
 }

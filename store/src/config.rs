@@ -320,6 +320,11 @@ impl Config {
     pub fn client_addrs(&self) -> Result<Vec<SocketAddr>, String> {
         self.listen_client_urls.iter().map(|u| url_addr(u)).collect()
     }
+
+    /// The socket addresses of the peer listeners.
+    pub fn peer_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        self.listen_peer_urls.iter().map(|u| url_addr(u)).collect()
+    }
 }
 
 fn duration(m: &ArgMatches, name: &str) -> Result<std::time::Duration, String> {

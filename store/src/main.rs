@@ -58,14 +58,21 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = Vec::new();
-    for addr in addrs {
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let peer_addrs = cfg.peer_addrs().map_err(anyhow::Error::msg)?;
+    let listeners = addrs.into_iter().map(|a| (a, false)).chain(peer_addrs.into_iter().map(|a| (a, true)));
+    for (addr, peer) in listeners {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        tracing::info!(%addr, "serving client requests");
-        let mut rx = stop_rx.clone();
-        let shutdown = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        servers.push(tokio::spawn(keel_store::server::serve(member.clone(), listener, shutdown)));
+        let shutdown = stopped(stop_rx.clone());
+        servers.push(if peer {
+            tracing::info!(%addr, "serving peer traffic");
+            tokio::spawn(keel_store::server::serve_peers(member.clone(), listener, shutdown))
+        } else {
+            tracing::info!(%addr, "serving client requests");
+            tokio::spawn(keel_store::server::serve(member.clone(), listener, shutdown))
+        });
     }
     tracing::info!(name = %cfg.name, id = %format!("{:x}", member.id), cluster = %format!("{:x}", member.cluster_id), "keel member started");
 

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_proto::etcdserverpb::ResponseHeader;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::BasicNode;
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use tokio::task::JoinHandle;
 
@@ -20,9 +21,9 @@ use crate::config::{ClusterState, Config};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::lessor::Lessor;
-use crate::mvcc::Mvcc;
+use crate::mvcc::{Mvcc, View};
 use crate::raft::log_store::LogStore;
-use crate::raft::network::NoPeers;
+use crate::raft::network::{decode, encode, Dialer, Peers};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, Raft, Reply};
 use crate::watch::Hub;
@@ -31,6 +32,36 @@ use crate::watch::Hub;
 pub const ETCD_API_VERSION: &str = "3.5.0";
 /// The cluster version keel reports.
 pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
+
+/// How long a request waits before asking again while the cluster has no leader.
+const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
+
+/// What a follower forwards to the leader over the peer service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Forwarded {
+    Write(Command),
+    /// The leader's read index, for a linearizable read on a follower.
+    ReadIndex,
+    /// A lease keep-alive (only the leader keeps lease deadlines).
+    KeepAlive(i64),
+    /// A lease's remaining time as the leader counts it.
+    Remaining(i64),
+}
+
+/// The leader's answer to a [`Forwarded`] request.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ForwardReply {
+    Write(Result<Reply>),
+    ReadIndex(Result<u64>),
+    /// The granted TTL.
+    KeepAlive(Result<i64>),
+    /// Whole seconds left, None if the lease does not exist.
+    Remaining(Result<Option<u64>>),
+}
+
+fn unexpected_reply() -> Error {
+    Error::Io("unexpected reply from the leader".into())
+}
 
 /// Request limits enforced at the gRPC edge.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +83,8 @@ pub struct Member {
     /// How long a request may wait for Raft before answering `etcdserver: request timed out`.
     pub request_timeout: Duration,
     engine: Arc<dyn Engine>,
+    /// Peer channels, shared with the Raft network; used to forward to the leader.
+    dialer: Dialer,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Becomes true when the member starts shutting down: long-lived streams end.
     closing: tokio::sync::watch::Sender<bool>,
@@ -92,9 +125,6 @@ impl Member {
         let Some(my_urls) = by_name.get(cfg.name.as_str()) else {
             anyhow::bail!("couldn't find local name {:?} in the initial cluster configuration", cfg.name);
         };
-        if by_name.len() > 1 {
-            anyhow::bail!("keel: this build serves single-member clusters only; multi-member --initial-cluster is not supported yet");
-        }
         let id = member_id(my_urls, &cfg.initial_cluster_token);
         let cluster_id = cluster_id(&ids);
 
@@ -114,14 +144,23 @@ impl Member {
             ..Default::default()
         };
         let rcfg = Arc::new(rcfg.validate()?);
-        let raft = Raft::new(id, rcfg, NoPeers, log, sm).await?;
+        let peers = Peers::default();
+        let dialer = peers.dialer.clone();
+        let raft = Raft::new(id, rcfg, peers, log, sm).await?;
         if !raft.is_initialized().await? {
             if cfg.initial_cluster_state == ClusterState::Existing {
                 anyhow::bail!("keel: joining an existing cluster is not supported by this build yet");
             }
-            let mut members = BTreeMap::new();
-            members.insert(id, BasicNode { addr: my_urls.join(",") });
-            raft.initialize(members).await?;
+            // Every member of a new cluster initializes with the same membership, as etcd's
+            // members all bootstrap from --initial-cluster; the first election follows.
+            let members: BTreeMap<u64, BasicNode> = by_name
+                .values()
+                .map(|urls| (member_id(urls, &cfg.initial_cluster_token), BasicNode { addr: urls.join(",") }))
+                .collect();
+            if let Err(e) = raft.initialize(members).await {
+                // A peer's vote or log may have reached us first: the cluster exists already.
+                tracing::info!("raft initialize: {e}");
+            }
         }
         let request_timeout = Duration::from_millis(5000 + 2 * cfg.election_timeout_ms);
         let member = Arc::new(Member {
@@ -135,6 +174,7 @@ impl Member {
             limits: Limits { max_request_bytes: cfg.max_request_bytes, max_txn_ops: cfg.max_txn_ops },
             request_timeout,
             engine,
+            dialer,
             tasks: Mutex::new(Vec::new()),
             closing: tokio::sync::watch::channel(false).0,
         });
@@ -169,28 +209,166 @@ impl Member {
         }
     }
 
-    /// Proposes a write and waits until it is applied (and synced) here.
+    /// Proposes a write and waits until it is applied (and synced) on the leader; a follower
+    /// forwards it to the leader. While there is no leader it waits for one, up to the request
+    /// timeout, then answers `etcdserver: no leader`.
     pub async fn write(&self, cmd: Command) -> Result<Reply> {
-        let res = tokio::time::timeout(self.request_timeout, self.raft.client_write(cmd)).await;
-        match res {
-            Err(_) => Err(Error::Timeout),
-            Ok(Ok(resp)) => resp.data.0,
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(if f.leader_id.is_some() { Error::NotLeader } else { Error::NoLeader })
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => Err(Error::Io(e.to_string())),
-            Ok(Err(RaftError::Fatal(_))) => Err(Error::Stopped),
+        match tokio::time::timeout(self.request_timeout, self.write_or_forward(cmd, true)).await {
+            Err(_) => Err(self.timed_out()),
+            Ok(r) => r,
         }
     }
 
-    /// The read barrier: returns once this member has applied everything committed when it was
-    /// called, and it was leader then (ReadIndex).
+    /// etcd's answer to a request that ran out of time: no leader, or timed out.
+    fn timed_out(&self) -> Error {
+        if self.raft.metrics().borrow().current_leader.is_none() {
+            Error::NoLeader
+        } else {
+            Error::Timeout
+        }
+    }
+
+    async fn write_or_forward(&self, cmd: Command, may_forward: bool) -> Result<Reply> {
+        loop {
+            match self.raft.client_write(cmd.clone()).await {
+                Ok(resp) => return resp.data.0,
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
+                    Some(node) if may_forward => match self.forward(&node.addr, Forwarded::Write(cmd.clone())).await {
+                        // The leader is unreachable: wait for this member to learn of a new one.
+                        Err(Error::NoLeader) => tokio::time::sleep(NO_LEADER_RETRY).await,
+                        Err(e) => return Err(e),
+                        Ok(ForwardReply::Write(r)) => return r,
+                        Ok(_) => return Err(unexpected_reply()),
+                    },
+                    Some(_) => return Err(Error::NotLeader),
+                    None => tokio::time::sleep(NO_LEADER_RETRY).await,
+                },
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                    return Err(Error::Io(e.to_string()))
+                }
+                Err(RaftError::Fatal(_)) => return Err(Error::Stopped),
+            }
+        }
+    }
+
+    /// Sends a request to the leader's peer service. An unreachable leader is `NoLeader`.
+    async fn forward(&self, leader_url: &str, f: Forwarded) -> Result<ForwardReply> {
+        let mut client = self.dialer.client(leader_url).map_err(Error::Io)?;
+        let mut req = tonic::Request::new(encode(&f));
+        req.set_timeout(self.request_timeout);
+        match client.forward(req).await {
+            Ok(r) => decode::<Result<ForwardReply>>(&r.into_inner()).map_err(Error::Io)?,
+            Err(status) => {
+                self.dialer.forget(leader_url);
+                Err(match status.code() {
+                    tonic::Code::DeadlineExceeded => Error::Timeout,
+                    _ => Error::NoLeader,
+                })
+            }
+        }
+    }
+
+    /// The leader's peer URL, if this member knows a leader.
+    fn leader_url(&self) -> Option<String> {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        let leader = m.current_leader?;
+        m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    }
+
+    /// Asks the leader (this member, or over the peer service) for a lease-timer answer.
+    async fn ask_leader(self: &Arc<Self>, f: Forwarded) -> Result<ForwardReply> {
+        let local = self.serve_forwarded(f.clone()).await?;
+        let not_leader = matches!(
+            &local,
+            ForwardReply::KeepAlive(Err(Error::NotLeader | Error::NoLeader))
+                | ForwardReply::Remaining(Err(Error::NotLeader | Error::NoLeader))
+        );
+        match self.leader_url() {
+            Some(url) if not_leader && self.raft.metrics().borrow().current_leader != Some(self.id) => {
+                self.forward(&url, f).await
+            }
+            _ => Ok(local),
+        }
+    }
+
+    /// Renews a lease on the leader; returns its granted TTL.
+    pub async fn renew_lease(self: &Arc<Self>, id: i64) -> Result<i64> {
+        match self.ask_leader(Forwarded::KeepAlive(id)).await? {
+            ForwardReply::KeepAlive(r) => r,
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    /// A lease's remaining time on the leader, in whole seconds; None if it does not exist.
+    pub async fn lease_remaining(self: &Arc<Self>, id: i64) -> Result<Option<u64>> {
+        match self.ask_leader(Forwarded::Remaining(id)).await? {
+            ForwardReply::Remaining(r) => r,
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    /// Serves a request forwarded by a follower (leader side; never forwards again).
+    pub async fn serve_forwarded(self: &Arc<Self>, f: Forwarded) -> Result<ForwardReply> {
+        Ok(match f {
+            Forwarded::KeepAlive(id) => ForwardReply::KeepAlive(self.lessor.renew(self, id)),
+            Forwarded::Remaining(id) => ForwardReply::Remaining({
+                let record = self.mvcc.read().leases().get(id).map(|l| l.record);
+                match record {
+                    None => Ok(None),
+                    Some(r) => match self.lessor.remaining(self, id, &r) {
+                        Some(left) => Ok(Some(left.as_secs())),
+                        None => Err(Error::NotLeader),
+                    },
+                }
+            }),
+            Forwarded::Write(cmd) => ForwardReply::Write(self.write_or_forward(cmd, false).await),
+            Forwarded::ReadIndex => ForwardReply::ReadIndex(match self.raft.get_read_log_id().await {
+                Ok((read, _)) => Ok(read.map(|l| l.index).unwrap_or(0)),
+                Err(RaftError::APIError(_)) => Err(Error::NotLeader),
+                Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+            }),
+        })
+    }
+
+    /// The read barrier (ReadIndex): returns once this member has applied everything the
+    /// leader had committed when it was called. A follower asks the leader for the index.
     pub async fn linearize(&self) -> Result<()> {
-        match tokio::time::timeout(self.request_timeout, self.raft.ensure_linearizable()).await {
-            Err(_) => Err(Error::Timeout),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(RaftError::APIError(_))) => Err(Error::NoLeader),
-            Ok(Err(RaftError::Fatal(_))) => Err(Error::Stopped),
+        match tokio::time::timeout(self.request_timeout, self.read_barrier()).await {
+            Err(_) => Err(self.timed_out()),
+            Ok(r) => r,
+        }
+    }
+
+    async fn read_barrier(&self) -> Result<()> {
+        loop {
+            match self.raft.ensure_linearizable().await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => match f.leader_node {
+                    Some(node) => {
+                        let index = match self.forward(&node.addr, Forwarded::ReadIndex).await {
+                            Err(Error::NoLeader) => {
+                                tokio::time::sleep(NO_LEADER_RETRY).await;
+                                continue;
+                            }
+                            Err(e) => return Err(e),
+                            Ok(ForwardReply::ReadIndex(r)) => r?,
+                            Ok(_) => return Err(unexpected_reply()),
+                        };
+                        self.raft
+                            .wait(None)
+                            .applied_index_at_least(Some(index), "read barrier")
+                            .await
+                            .map_err(|_| Error::Stopped)?;
+                        return Ok(());
+                    }
+                    None => tokio::time::sleep(NO_LEADER_RETRY).await,
+                },
+                Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
+                    tokio::time::sleep(NO_LEADER_RETRY).await
+                }
+                Err(RaftError::Fatal(_)) => return Err(Error::Stopped),
+            }
         }
     }
 

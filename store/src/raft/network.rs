@@ -1,60 +1,160 @@
-//! The peer network seam. This build runs single-member clusters only (the cluster issue brings
-//! the gRPC transport over `keelraft.Raft`), so no peer is ever dialled: the start-up refuses an
-//! `--initial-cluster` with more than one member, and any call here reports the peer unreachable.
+//! The peer network: openraft's RPCs over keel's internal gRPC service `keelraft.Raft`, on the
+//! peer URLs. A payload is the bincode encoding of openraft's own request, and the reply the
+//! bincode encoding of `Result<response, RaftError>`; the gRPC layer only moves bytes.
+//!
+//! Every call has a deadline (openraft's per-RPC TTL, or the caller's), connections are made
+//! lazily and re-made after a transport failure, and an unreachable peer is reported as
+//! `Unreachable`, so openraft backs off instead of treating it as a protocol error.
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_proto::keelraft::raft_client::RaftClient;
+use keel_proto::keelraft::RaftPayload;
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
 use openraft::BasicNode;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
 
 use super::TypeConfig;
 
-/// Creates peer clients. Has no peers in a single-member cluster.
+/// How long connecting to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// gRPC channels to peers by peer URL, shared by the Raft network and request forwarding.
 #[derive(Clone, Default)]
-pub struct NoPeers;
-
-/// A client for a peer that cannot exist in a single-member cluster.
-pub struct NoPeer;
-
-fn unreachable<E: std::error::Error>() -> RPCError<u64, BasicNode, E> {
-    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
-        "keel: this build serves single-member clusters only",
-    )))
+pub struct Dialer {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
-impl RaftNetworkFactory<TypeConfig> for NoPeers {
-    type Network = NoPeer;
+impl Dialer {
+    /// A client for the peer at `url` (the first of a member's comma-separated peer URLs).
+    pub fn client(&self, url: &str) -> Result<RaftClient<Channel>, String> {
+        let url = url.split(',').next().unwrap_or_default().to_string();
+        let mut channels = self.channels.lock();
+        if let Some(c) = channels.get(&url) {
+            return Ok(RaftClient::new(c.clone()));
+        }
+        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| format!("bad peer URL {url:?}: {e}"))?;
+        let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
+        channels.insert(url, channel.clone());
+        Ok(RaftClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
+    }
 
-    async fn new_client(&mut self, _target: u64, _node: &BasicNode) -> Self::Network {
-        NoPeer
+    /// Drops the channel to `url` so the next call reconnects.
+    pub fn forget(&self, url: &str) {
+        self.channels.lock().remove(url.split(',').next().unwrap_or_default());
     }
 }
 
-impl RaftNetwork<TypeConfig> for NoPeer {
+/// Encodes a value for the peer service.
+pub fn encode<T: Serialize>(v: &T) -> RaftPayload {
+    RaftPayload { data: bincode::serialize(v).expect("raft messages serialize").into() }
+}
+
+/// Decodes a peer payload.
+pub fn decode<T: DeserializeOwned>(p: &RaftPayload) -> Result<T, String> {
+    bincode::deserialize(&p.data).map_err(|e| format!("undecodable peer payload: {e}"))
+}
+
+/// Creates peer clients.
+#[derive(Clone, Default)]
+pub struct Peers {
+    pub dialer: Dialer,
+}
+
+/// openraft's client for one peer.
+pub struct Peer {
+    target: u64,
+    url: String,
+    dialer: Dialer,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Peers {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
+        Peer { target, url: node.addr.clone(), dialer: self.dialer.clone() }
+    }
+}
+
+fn unreachable<E: std::error::Error>(why: impl ToString) -> RPCError<u64, BasicNode, E> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(why.to_string())))
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+impl Peer {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let mut client = self.dialer.client(&self.url).map_err(unreachable)?;
+        let mut request = tonic::Request::new(encode(req));
+        request.set_timeout(option.hard_ttl());
+        let reply = match method {
+            Method::AppendEntries => client.append_entries(request).await,
+            Method::Vote => client.vote(request).await,
+            Method::InstallSnapshot => client.install_snapshot(request).await,
+        };
+        let payload = match reply {
+            Ok(r) => r.into_inner(),
+            Err(status) => {
+                if status.code() == tonic::Code::Unavailable {
+                    self.dialer.forget(&self.url);
+                    return Err(unreachable(status.message()));
+                }
+                return Err(RPCError::Network(NetworkError::new(&std::io::Error::other(status.to_string()))));
+            }
+        };
+        let result: Result<Resp, RaftError<u64, E>> =
+            decode(&payload).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        Err(unreachable())
+        self.call(Method::AppendEntries, &rpc, &option).await
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        Err(unreachable())
+        self.call(Method::InstallSnapshot, &rpc, &option).await
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<u64>,
-        _option: RPCOption,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        Err(unreachable())
+        self.call(Method::Vote, &rpc, &option).await
     }
 }

@@ -90,7 +90,7 @@ impl Lease for LeaseService {
                     // Shutting down: the stream ends and the client moves on.
                     _ = m.closing() => return,
                 };
-                let ttl = match m.lessor.renew(&m, r.id) {
+                let ttl = match m.renew_lease(r.id).await {
                     Ok(ttl) => ttl,
                     // etcd answers an unknown (or just expired) lease with TTL 0.
                     Err(Error::LeaseNotFound) => 0,
@@ -116,20 +116,18 @@ impl Lease for LeaseService {
         let m = &self.member;
         let r = req.into_inner();
         m.linearize().await.map_err(status)?;
+        let left = m.lease_remaining(r.id).await.map_err(status)?;
         let found = m.mvcc.read().leases().get(r.id).map(|l| (l.record, l.keys.iter().cloned().collect::<Vec<_>>()));
-        let mut resp = match found {
+        let mut resp = match (found, left) {
+            (Some((record, keys)), Some(left)) => LeaseTimeToLiveResponse {
+                header: None,
+                id: r.id,
+                ttl: left as i64,
+                granted_ttl: record.ttl,
+                keys: if r.keys { keys } else { Vec::new() },
+            },
             // etcd answers an unknown lease with TTL -1, not an error.
-            None => LeaseTimeToLiveResponse { id: r.id, ttl: -1, ..Default::default() },
-            Some((record, keys)) => {
-                let left = m.lessor.remaining(m, r.id, &record).ok_or_else(|| status(Error::NotLeader))?;
-                LeaseTimeToLiveResponse {
-                    header: None,
-                    id: r.id,
-                    ttl: left.as_secs() as i64,
-                    granted_ttl: record.ttl,
-                    keys: if r.keys { keys } else { Vec::new() },
-                }
-            }
+            _ => LeaseTimeToLiveResponse { id: r.id, ttl: -1, ..Default::default() },
         };
         m.fill(&mut resp.header);
         Ok(Response::new(resp))

@@ -10,7 +10,9 @@ mod http;
 mod kv;
 mod lease;
 mod maintenance;
+mod peer;
 pub mod validate;
+pub use peer::serve_peers;
 mod watch;
 
 use std::future::Future;

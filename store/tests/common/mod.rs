@@ -75,9 +75,13 @@ impl Kind {
     }
 }
 
-/// A running etcd or keel process serving one single-member cluster on 127.0.0.1.
+/// A running etcd or keel process on 127.0.0.1: a single-member cluster, or one member of a
+/// cluster started with [`start_cluster`].
 pub struct Server {
     kind: Kind,
+    /// `--name`, and `--initial-cluster` (None: just this member).
+    name: String,
+    initial_cluster: Option<String>,
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
@@ -97,13 +101,11 @@ impl Server {
     pub async fn start_with(kind: Kind, extra_args: &[&str]) -> Server {
         const ATTEMPTS: u32 = 3;
         for attempt in 1..=ATTEMPTS {
-            let dir = tempfile::Builder::new()
-                .prefix(&format!("keel-test-{}-", kind.name()))
-                .tempdir()
-                .expect("create temp dir");
-            let (client_port, peer_port) = free_port_pair();
+            let (dir, client_port, peer_port) = fresh_place(kind, "");
             let mut server = Server {
                 kind,
+                name: "default".into(),
+                initial_cluster: None,
                 dir,
                 client_port,
                 peer_port,
@@ -133,6 +135,16 @@ impl Server {
             }
         }
         unreachable!()
+    }
+
+    /// The member's `--name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the process is running (not killed by the test).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn kind(&self) -> Kind {
@@ -245,7 +257,7 @@ impl Server {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut args: Vec<String> = vec![
             "--name".into(),
-            "default".into(),
+            self.name.clone(),
             "--data-dir".into(),
             self.data_dir().display().to_string(),
             "--listen-client-urls".into(),
@@ -257,7 +269,7 @@ impl Server {
             "--initial-advertise-peer-urls".into(),
             peer.clone(),
             "--initial-cluster".into(),
-            format!("default={peer}"),
+            self.initial_cluster.clone().unwrap_or_else(|| format!("{}={peer}", self.name)),
         ];
         args.extend(self.extra_args.iter().cloned());
         args
@@ -354,6 +366,16 @@ async fn probe(endpoint: &str) -> Result<(), String> {
     }
 }
 
+/// A temporary directory and two free ports (client, peer) for a new server.
+fn fresh_place(kind: Kind, tag: &str) -> (tempfile::TempDir, u16, u16) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("keel-test-{}-{tag}", kind.name()))
+        .tempdir()
+        .expect("create temp dir");
+    let (client, peer) = free_port_pair();
+    (dir, client, peer)
+}
+
 /// Two distinct free TCP ports on 127.0.0.1 (client, peer), released on return.
 fn free_port_pair() -> (u16, u16) {
     let a = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -405,4 +427,41 @@ pub async fn poll_until(deadline: Duration, every: Duration, mut done: impl FnMu
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Starts an `n`-member cluster of `kind` (members `m1`..`mn`, etcd's bootstrap flags, fresh
+/// ports) and waits until every member serves linearizable reads.
+pub async fn start_cluster(kind: Kind, n: usize) -> Vec<Server> {
+    let mut members = Vec::new();
+    for i in 1..=n {
+        let (dir, client_port, peer_port) = fresh_place(kind, &format!("m{i}-"));
+        members.push(Server {
+            kind,
+            name: format!("m{i}"),
+            initial_cluster: None,
+            dir,
+            client_port,
+            peer_port,
+            extra_args: Vec::new(),
+            child: None,
+            spawns: 0,
+        });
+    }
+    let initial: Vec<String> = members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect();
+    for m in &mut members {
+        m.initial_cluster = Some(initial.join(","));
+        m.spawn();
+    }
+    for m in &mut members {
+        if let Err(why) = m.wait_ready().await {
+            let log = m.log();
+            panic!(
+                "{} {} did not start: {why}\n--- last lines of its log ---\n{}",
+                kind.name(),
+                m.name,
+                tail(&log, 40)
+            );
+        }
+    }
+    members
 }

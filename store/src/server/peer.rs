@@ -1,0 +1,57 @@
+//! The peer service `keelraft.Raft` on the peer URLs: openraft's RPCs from other members, and
+//! requests followers forward to the leader. Payloads are bincode (`raft::network`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use keel_proto::keelraft::raft_server::{Raft as RaftRpc, RaftServer};
+use keel_proto::keelraft::RaftPayload;
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+use crate::node::{Forwarded, Member};
+use crate::raft::network::{decode, encode};
+
+struct PeerService {
+    member: Arc<Member>,
+}
+
+fn bad(e: String) -> Status {
+    Status::invalid_argument(e)
+}
+
+#[tonic::async_trait]
+impl RaftRpc for PeerService {
+    async fn append_entries(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc = decode(req.get_ref()).map_err(bad)?;
+        Ok(Response::new(encode(&self.member.raft.append_entries(rpc).await)))
+    }
+
+    async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc = decode(req.get_ref()).map_err(bad)?;
+        Ok(Response::new(encode(&self.member.raft.vote(rpc).await)))
+    }
+
+    async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc = decode(req.get_ref()).map_err(bad)?;
+        Ok(Response::new(encode(&self.member.raft.install_snapshot(rpc).await)))
+    }
+
+    async fn forward(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let f: Forwarded = decode(req.get_ref()).map_err(bad)?;
+        Ok(Response::new(encode(&self.member.serve_forwarded(f).await)))
+    }
+}
+
+/// Serves the peer service on `listener` until `shutdown` resolves.
+pub async fn serve_peers(
+    member: Arc<Member>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let svc = RaftServer::new(PeerService { member })
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let router = tonic::service::Routes::new(svc).into_axum_router();
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}

@@ -1,7 +1,7 @@
 //! A real 3-member cluster of processes on loopback, started with etcd's bootstrap flags: writes
 //! through every member (followers forward to the leader), the leader SIGKILLed mid-load, writes
 //! resuming on the majority, the killed member restarting and catching up, and at the end every
-//! acknowledged write on every member, with identical contents at the same revision.
+//! acknowledged write on every member, with identical contents and HashKV at the same revision.
 //!
 //! Runs against [`Kind::under_test`] (`KEEL_DIFF_AGAINST=etcd` runs it against etcd).
 //! Run: `cargo test --workspace --test cluster -- --nocapture`.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{start_cluster, Kind, Server};
 use keel_proto::etcdserverpb::kv_client::KvClient;
-use keel_proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
+use keel_proto::etcdserverpb::{HashKvRequest, PutRequest, RangeRequest, StatusRequest};
 use tonic::transport::Channel;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -123,6 +123,13 @@ async fn three_members_replicate_and_survive_leader_loss() {
     for key in &acked {
         assert!(reference.1.contains_key(key.as_bytes()), "acknowledged write {key} is missing");
     }
+    // HashKV, the divergence detector, agrees at the same revision on every member.
+    let mut hashes = Vec::new();
+    for m in &members {
+        let h = m.maintenance().await.hash_kv(HashKvRequest { revision: reference.0 }).await.expect("hashkv");
+        hashes.push(h.into_inner().hash);
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "HashKV differs between members: {hashes:?}");
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! `etcdserverpb.Maintenance`: Status is served; the other RPCs answer `Unimplemented` until the
+//! `etcdserverpb.Maintenance`: Status and HashKV are served; the other RPCs answer `Unimplemented` until the
 //! cluster issue brings them (README, compatibility table).
 
 use std::pin::Pin;
@@ -13,6 +13,8 @@ use keel_proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use super::status;
+use crate::mvcc::View;
 use crate::node::{Member, ETCD_API_VERSION};
 
 pub struct MaintenanceService {
@@ -63,8 +65,16 @@ impl Maintenance for MaintenanceService {
         Err(not_yet("Hash"))
     }
 
-    async fn hash_kv(&self, _req: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
-        Err(not_yet("HashKV"))
+    async fn hash_kv(&self, req: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        let m = &self.member;
+        let (hash, compact_revision, rev) = {
+            let view = m.mvcc.read();
+            (view.hash_kv(req.get_ref().revision).map_err(status)?, view.compact_rev(), view.rev())
+        };
+        let mut resp = HashKvResponse { header: None, hash, compact_revision: compact_revision.max(0) };
+        resp.header = Some(keel_proto::etcdserverpb::ResponseHeader { revision: rev, ..Default::default() });
+        m.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;

@@ -22,6 +22,8 @@
 //! number and opened on first use):
 //! ```text
 //! watch S ID KEY [end=E|prefix|from_key] [rev=N] [prev_kv] [noput] [nodelete] [fragment]
+//!       [progress_notify]
+//! tick                               one periodic progress-notification tick
 //! cancel S ID | progress S
 //! recv S                             every response queued on stream S, decoded
 //! sync                               run the hub's sync loop until it has nothing to do
@@ -393,7 +395,7 @@ impl Harness {
                     key,
                     range_end,
                     start_revision: num(opts, "rev"),
-                    progress_notify: false,
+                    progress_notify: opts.contains(&"progress_notify"),
                     filters,
                     prev_kv: opts.contains(&"prev_kv"),
                     watch_id: words[2].parse().unwrap(),
@@ -423,6 +425,10 @@ impl Harness {
                     out.push("(nothing)".into());
                 }
                 out
+            }
+            "tick" => {
+                self.hub.notify_progress();
+                vec![]
             }
             "sync" => {
                 let mut rounds = 0;

@@ -157,6 +157,8 @@ struct Watcher {
     prev_kv: bool,
     progress_notify: bool,
     fragment: bool,
+    /// No events sent since the last periodic progress tick (etcd notifies only quiet watchers).
+    quiet: bool,
 }
 
 impl Watcher {
@@ -486,6 +488,7 @@ impl Hub {
             prev_kv: req.prev_kv,
             progress_notify: req.progress_notify,
             fragment: req.fragment,
+            quiet: true,
         };
         out.push(vec![self.control(cur, WatchResponse { watch_id: id, created: true, ..Default::default() })], true);
         if w.prev_kv {
@@ -577,7 +580,9 @@ impl Hub {
                 let wires = self.split(w, &header, parts);
                 g.streams[&w.stream].out.push(wires, false)
             };
-            if !delivered {
+            if delivered {
+                g.watchers.get_mut(&wk).expect("present").quiet = false;
+            } else {
                 self.demote(g, wk, r.rev);
             }
         }
@@ -710,13 +715,15 @@ impl Hub {
             if next <= end {
                 wires = self.catch_up_wires(w, &encoded, end);
             }
-            if !wires.is_empty() && !g.streams[&w.stream].out.push(wires, false) {
+            let sent = !wires.is_empty();
+            if sent && !g.streams[&w.stream].out.push(wires, false) {
                 continue;
             }
             let published = g.published;
             let new_next = (end + 1).max(next);
             let w = g.watchers.get_mut(&wk).expect("present");
             w.next = new_next;
+            w.quiet &= !sent;
             if new_next == published + 1 {
                 w.synced = true;
                 let stream = w.stream;
@@ -773,13 +780,18 @@ impl Hub {
             .collect()
     }
 
-    /// Sends a progress notification to every synced watcher that asked for them (the periodic
+    /// Sends a progress notification to every quiet synced watcher that asked for them (the periodic
     /// `--experimental-watch-progress-notify-interval` tick). A full outbox skips its turn.
     pub fn notify_progress(&self) {
-        let g = self.inner.lock();
-        for w in g.watchers.values().filter(|w| w.synced && w.progress_notify) {
-            let resp = self.control(g.published, WatchResponse { watch_id: w.id, ..Default::default() });
-            g.streams[&w.stream].out.push(vec![resp], false);
+        let mut g = self.inner.lock();
+        let Inner { watchers, streams, published, .. } = &mut *g;
+        for w in watchers.values_mut().filter(|w| w.progress_notify) {
+            // As etcd: only a synced watcher that was sent nothing since the last tick.
+            if w.synced && w.quiet {
+                let resp = self.control(*published, WatchResponse { watch_id: w.id, ..Default::default() });
+                streams[&w.stream].out.push(vec![resp], false);
+            }
+            w.quiet = true;
         }
     }
 

@@ -51,6 +51,13 @@ pub struct Lessor {
     deadlines: Mutex<Deadlines>,
 }
 
+impl Deadlines {
+    /// A lease's deadline, started now with its fresh TTL if it has none yet.
+    fn deadline(&mut self, id: i64, r: &LeaseRecord, now: Instant) -> Instant {
+        *self.expiry.entry(id).or_insert_with(|| now + fresh_ttl(r))
+    }
+}
+
 /// The TTL a lease gets again when a leader (re)starts its timer.
 fn fresh_ttl(r: &LeaseRecord) -> Duration {
     Duration::from_secs(if r.remaining > 0 { r.remaining } else { r.ttl }.max(0) as u64)
@@ -129,7 +136,7 @@ impl Lessor {
         let mut d = self.sync_role(m);
         d.term?;
         let now = Instant::now();
-        let at = *d.expiry.entry(id).or_insert_with(|| now + fresh_ttl(record));
+        let at = d.deadline(id, record, now);
         Some(at.saturating_duration_since(now))
     }
 
@@ -153,7 +160,7 @@ impl Lessor {
         d.expiry.retain(|id, _| live.contains(id));
         let mut due = Vec::new();
         for (id, r) in &leases {
-            let at = *d.expiry.entry(*id).or_insert_with(|| now + fresh_ttl(r));
+            let at = d.deadline(*id, r, now);
             if at <= now && d.revoking.len() < REVOKES_IN_FLIGHT && d.revoking.insert(*id) {
                 due.push(*id);
             }
@@ -179,7 +186,7 @@ impl Lessor {
             }
             let now = Instant::now();
             for (id, r) in &leases {
-                let at = *d.expiry.entry(*id).or_insert_with(|| now + fresh_ttl(r));
+                let at = d.deadline(*id, r, now);
                 let left = at.saturating_duration_since(now).as_secs_f64().ceil() as i64;
                 if left < r.ttl && left != r.remaining {
                     cps.push(LeaseCheckpoint { id: *id, remaining_ttl: left.max(1) });

@@ -11,7 +11,7 @@ use keel_proto::etcdserverpb::{
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{status, validate};
+use super::{status, unexpected, validate};
 use crate::error::Error;
 use crate::mvcc::kv;
 use crate::node::Member;
@@ -42,10 +42,6 @@ fn all_serializable(t: &TxnRequest) -> bool {
         Some(request_op::Request::RequestTxn(inner)) => all_serializable(inner),
         _ => true,
     })
-}
-
-fn unexpected(what: &str) -> Status {
-    status(Error::Corrupt(format!("unexpected reply to {what}")))
 }
 
 /// Proposes a write whose `Command` and `Reply` variants share the name `$kind`, and answers the

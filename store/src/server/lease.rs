@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::status;
+use super::{status, unexpected};
 use crate::error::Error;
 use crate::mvcc::lease::MAX_TTL;
 use crate::mvcc::View;
@@ -30,10 +30,6 @@ impl LeaseService {
     pub fn new(member: Arc<Member>) -> Self {
         Self { member }
     }
-}
-
-fn unexpected() -> Status {
-    status(Error::Corrupt("unexpected reply to a lease command".into()))
 }
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
@@ -57,7 +53,7 @@ impl Lease for LeaseService {
                 m.fill(&mut resp.header);
                 Ok(Response::new(resp))
             }
-            _ => Err(unexpected()),
+            _ => Err(unexpected("LeaseGrant")),
         }
     }
 
@@ -67,7 +63,7 @@ impl Lease for LeaseService {
                 self.member.fill(&mut resp.header);
                 Ok(Response::new(resp))
             }
-            _ => Err(unexpected()),
+            _ => Err(unexpected("LeaseRevoke")),
         }
     }
 

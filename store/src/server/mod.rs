@@ -50,6 +50,12 @@ pub fn status(e: Error) -> Status {
     Status::new(code, e.to_string())
 }
 
+/// The answer when Raft returns a reply of the wrong kind for a command (a bug, not a client
+/// error).
+fn unexpected(what: &str) -> Status {
+    status(Error::Corrupt(format!("unexpected reply to {what}")))
+}
+
 /// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 

@@ -204,17 +204,21 @@ impl Synced {
     }
 
     fn remove(&mut self, wk: u64, w: &Watcher) {
-        fn drop_from<M: MapLike>(m: &mut M, k: &Bytes, wk: u64) {
-            if let Some(set) = m.get_set(k) {
-                set.remove(&wk);
-                if set.is_empty() {
-                    m.drop_key(k);
+        let emptied = |set: &mut HashSet<u64>| {
+            set.remove(&wk);
+            set.is_empty()
+        };
+        match w.span {
+            Span::Key => {
+                if self.by_key.get_mut(&w.key).is_some_and(emptied) {
+                    self.by_key.remove(&w.key);
                 }
             }
-        }
-        match w.span {
-            Span::Key => drop_from(&mut self.by_key, &w.key, wk),
-            _ => drop_from(&mut self.ranges, &w.key, wk),
+            _ => {
+                if self.ranges.get_mut(&w.key).is_some_and(emptied) {
+                    self.ranges.remove(&w.key);
+                }
+            }
         }
     }
 
@@ -227,29 +231,6 @@ impl Synced {
     }
 }
 
-trait MapLike {
-    fn get_set(&mut self, k: &Bytes) -> Option<&mut HashSet<u64>>;
-    fn drop_key(&mut self, k: &Bytes);
-}
-
-impl MapLike for HashMap<Bytes, HashSet<u64>> {
-    fn get_set(&mut self, k: &Bytes) -> Option<&mut HashSet<u64>> {
-        self.get_mut(k)
-    }
-    fn drop_key(&mut self, k: &Bytes) {
-        self.remove(k);
-    }
-}
-
-impl MapLike for BTreeMap<Bytes, HashSet<u64>> {
-    fn get_set(&mut self, k: &Bytes) -> Option<&mut HashSet<u64>> {
-        self.get_mut(k)
-    }
-    fn drop_key(&mut self, k: &Bytes) {
-        self.remove(k);
-    }
-}
-
 struct Inner {
     /// The newest revision handed to the synced watchers.
     published: i64,
@@ -259,6 +240,29 @@ struct Inner {
     streams: HashMap<u64, StreamState>,
     next_watcher: u64,
     next_stream: u64,
+}
+
+impl Inner {
+    /// Moves a watcher into the synced or the unsynced group, keeping the synced index, the
+    /// unsynced set and its stream's unsynced count in step.
+    fn set_synced(&mut self, wk: u64, to: bool) {
+        let Inner { watchers, synced, unsynced, streams, .. } = self;
+        let Some(w) = watchers.get_mut(&wk) else { return };
+        if w.synced == to {
+            return;
+        }
+        w.synced = to;
+        let count = streams.get_mut(&w.stream).map(|s| &mut s.unsynced);
+        if to {
+            synced.insert(wk, w);
+            unsynced.remove(&wk);
+            count.into_iter().for_each(|c| *c -= 1);
+        } else {
+            synced.remove(wk, w);
+            unsynced.insert(wk);
+            count.into_iter().for_each(|c| *c += 1);
+        }
+    }
 }
 
 /// A revision's events with their encodings, made at most once each.
@@ -475,14 +479,14 @@ impl Hub {
         let filters = |f: FilterType| req.filters.contains(&(f as i32));
         let wk = g.next_watcher;
         g.next_watcher += 1;
-        let synced = start > g.published;
+        let start_synced = start > g.published;
         let w = Watcher {
             stream,
             id,
             key: Bytes::copy_from_slice(&req.key),
             span,
             next: start,
-            synced,
+            synced: false,
             no_put: filters(FilterType::Noput),
             no_delete: filters(FilterType::Nodelete),
             prev_kv: req.prev_kv,
@@ -496,14 +500,14 @@ impl Hub {
         }
         let s = g.streams.get_mut(&stream).expect("stream checked above");
         s.ids.insert(id, Some(wk));
-        if synced {
-            g.synced.insert(wk, &w);
+        s.unsynced += 1;
+        g.unsynced.insert(wk);
+        g.watchers.insert(wk, w);
+        if start_synced {
+            g.set_synced(wk, true);
         } else {
-            s.unsynced += 1;
-            g.unsynced.insert(wk);
             self.wake.notify_one();
         }
-        g.watchers.insert(wk, w);
     }
 
     /// Cancels a watcher by its client id; answers `canceled` if it existed.
@@ -626,15 +630,8 @@ impl Hub {
         if !w.synced {
             return;
         }
-        w.synced = false;
         w.next = next;
-        let (stream, wc) = (w.stream, g.watchers.remove(&wk).expect("present"));
-        g.synced.remove(wk, &wc);
-        g.watchers.insert(wk, wc);
-        g.unsynced.insert(wk);
-        if let Some(s) = g.streams.get_mut(&stream) {
-            s.unsynced += 1;
-        }
+        g.set_synced(wk, false);
         self.wake.notify_one();
     }
 
@@ -725,15 +722,7 @@ impl Hub {
             w.next = new_next;
             w.quiet &= !sent;
             if new_next == published + 1 {
-                w.synced = true;
-                let stream = w.stream;
-                g.unsynced.remove(&wk);
-                let wc = g.watchers.remove(&wk).expect("present");
-                g.synced.insert(wk, &wc);
-                g.watchers.insert(wk, wc);
-                if let Some(s) = g.streams.get_mut(&stream) {
-                    s.unsynced -= 1;
-                }
+                g.set_synced(wk, true);
             } else {
                 more |= new_next <= published;
             }

@@ -43,12 +43,18 @@ pub struct Config {
     pub max_txn_ops: usize,
     /// Committed entries between Raft snapshots.
     pub snapshot_count: u64,
+    /// Log entries kept behind a snapshot for slow followers; older ones are purged.
+    pub snapshot_catchup_entries: u64,
     /// Raft heartbeat interval in milliseconds.
     pub heartbeat_interval_ms: u64,
     /// Raft election timeout in milliseconds.
     pub election_timeout_ms: u64,
     /// How often watchers that asked for progress notifications get one.
     pub watch_progress_notify_interval: std::time::Duration,
+    /// Backend size at which the NOSPACE alarm is raised; `None` when disabled.
+    pub quota_backend_bytes: Option<u64>,
+    /// Extra listeners serving only `/metrics` and `/health`.
+    pub listen_metrics_urls: Vec<String>,
     /// debug, info, warn, error, panic or fatal.
     pub log_level: String,
     /// etcd flags that were given but that keel does not act on (yet), for the start-up warning.
@@ -60,6 +66,9 @@ impl Default for Config {
         Config::parse_from(["keel"]).expect("defaults parse")
     }
 }
+
+/// etcd's default backend quota (2 GiB).
+pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// Flags keel acts on: (name, default, help).
 const ACTED: &[(&str, &str, &str)] = &[
@@ -79,10 +88,21 @@ const ACTED: &[(&str, &str, &str)] = &[
     ("max-request-bytes", "1572864", "Maximum client request size in bytes the server will accept."),
     ("max-txn-ops", "128", "Maximum number of operations permitted in a transaction."),
     ("snapshot-count", "100000", "Number of committed transactions to trigger a snapshot."),
+    (
+        "experimental-snapshot-catchup-entries",
+        "5000",
+        "Number of entries for a slow follower to catch up after compacting the raft log entries.",
+    ),
     ("heartbeat-interval", "100", "Time (in milliseconds) of a heartbeat interval."),
     ("election-timeout", "1000", "Time (in milliseconds) for an election to timeout."),
     ("log-level", "info", "Configures log level: debug, info, warn, error, panic, or fatal."),
     ("experimental-watch-progress-notify-interval", "10m0s", "Duration of periodic watch progress notifications."),
+    (
+        "quota-backend-bytes",
+        "0",
+        "Raise an alarm when the backend size exceeds the given quota (0 defaults to 2 GiB; negative disables).",
+    ),
+    ("listen-metrics-urls", "", "List of additional URLs to listen on that serve /metrics and /health."),
 ];
 
 /// etcd 3.5 flags taking a value that keel accepts but does not act on yet.
@@ -120,14 +140,12 @@ const IGNORED_VALUED: &[&str] = &[
     "experimental-distributed-tracing-service-name",
     "experimental-downgrade-check-time",
     "experimental-enable-v2v3",
-    "experimental-snapshot-catchup-entries",
     "experimental-warning-apply-duration",
     "grpc-keepalive-interval",
     "grpc-keepalive-min-time",
     "grpc-keepalive-timeout",
     "host-whitelist",
     "key-file",
-    "listen-metrics-urls",
     "log-outputs",
     "log-package-levels",
     "log-rotation-config-json",
@@ -150,7 +168,6 @@ const IGNORED_VALUED: &[&str] = &[
     "proxy-read-timeout",
     "proxy-refresh-interval",
     "proxy-write-timeout",
-    "quota-backend-bytes",
     "raft-read-timeout",
     "raft-write-timeout",
     "self-signed-cert-validity",
@@ -308,9 +325,16 @@ impl Config {
             max_request_bytes: number(&m, "max-request-bytes")?,
             max_txn_ops: number(&m, "max-txn-ops")?,
             snapshot_count: number(&m, "snapshot-count")?,
+            snapshot_catchup_entries: number(&m, "experimental-snapshot-catchup-entries")?,
             heartbeat_interval_ms: number(&m, "heartbeat-interval")?,
             election_timeout_ms: number(&m, "election-timeout")?,
             watch_progress_notify_interval: duration(&m, "experimental-watch-progress-notify-interval")?,
+            quota_backend_bytes: match number::<i64>(&m, "quota-backend-bytes")? {
+                q if q < 0 => None,
+                0 => Some(DEFAULT_QUOTA_BYTES),
+                q => Some(q as u64),
+            },
+            listen_metrics_urls: list(&m, "listen-metrics-urls"),
             log_level,
             ignored,
         })))
@@ -319,6 +343,11 @@ impl Config {
     /// The socket addresses of the client listeners.
     pub fn client_addrs(&self) -> Result<Vec<SocketAddr>, String> {
         self.listen_client_urls.iter().map(|u| url_addr(u)).collect()
+    }
+
+    /// The socket addresses of the metrics listeners.
+    pub fn metrics_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        self.listen_metrics_urls.iter().map(|u| url_addr(u)).collect()
     }
 
     /// The socket addresses of the peer listeners.

@@ -43,6 +43,32 @@ pub enum Error {
     Timeout,
     #[error("etcdserver: server stopped")]
     Stopped,
+    #[error("etcdserver: request timed out, possibly due to connection lost")]
+    TimeoutDueToConnectionLost,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    TimeoutLeaderTransfer,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    #[error("etcdserver: member ID already exist")]
+    MemberExist,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExist,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStarted,
+    #[error("etcdserver: given member URLs are invalid")]
+    MemberBadUrls,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
     /// On-disk state that does not decode: the member must stop rather than serve it.
     #[error("etcdserver: corrupt cluster: {0}")]
     Corrupt(String),

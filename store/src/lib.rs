@@ -4,16 +4,19 @@
 //! and etcd's KV semantics; [`raft`] openraft's log store, state machine and network; [`server`]
 //! the gRPC and HTTP edge, the only place that maps errors to etcd's codes and messages;
 //! [`watch`] the watch hub fed by apply; [`lessor`] the leader's lease timers; [`config`] etcd's
-//! flags; [`node`] puts a member together.
+//! flags; [`membership`] the Cluster service's view of Raft membership; [`node`] puts a member
+//! together.
 
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod lessor;
+pub mod membership;
 pub mod mvcc;
 pub mod node;
 pub mod raft;
 pub mod server;
+pub mod snapshot;
 pub mod watch;
 
 pub use error::{Error, Result};

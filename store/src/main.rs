@@ -10,7 +10,38 @@ use keel_store::node::{Member, ETCD_API_VERSION};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+/// `keel snapshot restore FILE [etcdctl's restore flags]`, as `etcdctl snapshot restore` for etcd.
+fn snapshot_restore(args: &[String]) -> ExitCode {
+    let Some(file) = args.first() else {
+        eprintln!("Error: snapshot restore expects one argument");
+        return ExitCode::from(2);
+    };
+    // etcdctl's restore flags that keel's server flags do not have.
+    let flags = args[1..].iter().filter(|a| !a.starts_with("--skip-hash-check"));
+    let cfg = match Config::parse_from(std::iter::once("keel".to_string()).chain(flags.cloned())) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match keel_store::snapshot::restore(std::path::Path::new(file), &cfg) {
+        Ok(()) => {
+            println!("restored snapshot {file} into {}", cfg.data_dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("snapshot") && args.get(2).map(String::as_str) == Some("restore") {
+        return snapshot_restore(&args[3..]);
+    }
     let cfg = match Config::invocation_from(std::env::args_os()) {
         Ok(Invocation::Run(cfg)) => cfg,
         Ok(Invocation::PrintVersion) => {
@@ -81,6 +112,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     tokio::select! {
         _ = term.recv() => tracing::info!("received SIGTERM, draining"),
         _ = int.recv() => tracing::info!("received SIGINT, draining"),
+        _ = member.removed() => tracing::warn!("removed from the cluster; stopping"),
     }
     member.begin_shutdown();
     let _ = stop_tx.send(true);

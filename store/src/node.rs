@@ -5,13 +5,14 @@
 //! Background tasks, all ended by [`Member::shutdown`]: the watch hub's sync loop, the periodic
 //! progress notifications, the Raft term feed for watch headers, and the lessor's loop.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use keel_proto::etcdserverpb::ResponseHeader;
+use keel_proto::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest, AlarmType, ResponseHeader};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
-use openraft::BasicNode;
+use openraft::{BasicNode, ChangeMembers};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
@@ -21,11 +22,13 @@ use crate::config::{ClusterState, Config};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::lessor::Lessor;
+use crate::membership::{self, Change, Changed, MemberInfo};
+use crate::mvcc::registry::Attributes;
 use crate::mvcc::{Mvcc, View};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{decode, encode, Dialer, Peers};
-use crate::raft::state_machine::StateMachine;
-use crate::raft::{Command, Raft, Reply};
+use crate::raft::state_machine::{needs_space, StateMachine};
+use crate::raft::{Command, Proto, Raft, Reply};
 use crate::watch::Hub;
 
 /// The etcd API version keel speaks (reported by `/version` and `Maintenance.Status`).
@@ -46,6 +49,15 @@ pub enum Forwarded {
     KeepAlive(i64),
     /// A lease's remaining time as the leader counts it.
     Remaining(i64),
+    /// A membership change (leader side).
+    Change(Change),
+    /// The cluster id and members as the receiving member knows them (no forwarding); a member
+    /// joining an existing cluster asks this to learn its id.
+    Members,
+    /// Leadership transfer: the old leader tells the transferee to campaign now.
+    Elect,
+    /// Leadership transfer: the old leader asks the other members not to campaign meanwhile.
+    HoldElections(bool),
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -57,6 +69,10 @@ pub enum ForwardReply {
     KeepAlive(Result<i64>),
     /// Whole seconds left, None if the lease does not exist.
     Remaining(Result<Option<u64>>),
+    Change(Result<Changed>),
+    /// The cluster id and the members.
+    Members(u64, Vec<MemberInfo>),
+    Done(Result<()>),
 }
 
 fn unexpected_reply() -> Error {
@@ -88,6 +104,79 @@ pub struct Member {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Becomes true when the member starts shutting down: long-lived streams end.
     closing: tokio::sync::watch::Sender<bool>,
+    /// Becomes true when this member is no longer in the cluster's membership.
+    removed: tokio::sync::watch::Sender<bool>,
+    /// While true, the Raft network sends nothing (the leader's part of a leadership transfer).
+    hold: Arc<AtomicBool>,
+    /// One membership change or leadership transfer at a time.
+    reconfig: tokio::sync::Mutex<()>,
+    /// The cluster token (part of new member ids).
+    token: String,
+    /// Backend bytes beyond which writes that need space raise NOSPACE.
+    quota: Option<u64>,
+    /// openraft's longest election timeout, which is also its leader lease.
+    leader_lease: Duration,
+}
+
+/// The ids a data directory was created with; a restart uses them, not the flags.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Identity {
+    id: u64,
+    cluster_id: u64,
+}
+
+const IDENTITY: &str = "identity";
+
+fn read_identity(engine: &dyn Engine) -> Result<Option<Identity>> {
+    Ok(engine.get(&crate::mvcc::keys::raft_meta(IDENTITY))?.map(|b| bincode::deserialize(&b)).transpose()?)
+}
+
+fn write_identity(engine: &dyn Engine, identity: Identity) -> Result<()> {
+    let mut b = crate::engine::Batch::default();
+    b.put(crate::mvcc::keys::raft_meta(IDENTITY), bincode::serialize(&identity).expect("identity serializes"));
+    engine.write(b, true)
+}
+
+/// How long a member joining an existing cluster keeps asking the peers in `--initial-cluster`
+/// who it is.
+const JOIN_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Learns this member's id and the cluster id from a running member: the member whose peer URLs
+/// are this member's advertised peer URLs (etcd's `--initial-cluster-state existing`).
+async fn join(cfg: &Config, dialer: &Dialer) -> anyhow::Result<Identity> {
+    let mine: BTreeSet<&String> = cfg.initial_advertise_peer_urls.iter().collect();
+    let peers: Vec<&String> = cfg.initial_cluster.iter().map(|(_, u)| u).filter(|u| !mine.contains(u)).collect();
+    if peers.is_empty() {
+        anyhow::bail!("--initial-cluster-state=existing needs another member's peer URL in --initial-cluster");
+    }
+    let started = tokio::time::Instant::now();
+    loop {
+        for url in &peers {
+            let Ok(mut client) = dialer.client(url) else { continue };
+            let mut req = tonic::Request::new(encode(&Forwarded::Members));
+            req.set_timeout(Duration::from_secs(2));
+            let Ok(resp) = client.forward(req).await else {
+                dialer.forget(url);
+                continue;
+            };
+            if let Ok(Ok(ForwardReply::Members(cluster_id, members))) =
+                decode::<Result<ForwardReply>>(&resp.into_inner())
+            {
+                let me = members.iter().find(|m| m.peer_urls.iter().collect::<BTreeSet<_>>() == mine);
+                return match me {
+                    Some(m) => Ok(Identity { id: m.id, cluster_id }),
+                    None => anyhow::bail!(
+                        "error validating peerURLs: no member of the existing cluster has peer URLs {:?} (add it with `etcdctl member add` first)",
+                        cfg.initial_advertise_peer_urls
+                    ),
+                };
+            }
+        }
+        if started.elapsed() > JOIN_DEADLINE {
+            anyhow::bail!("could not reach any member of the existing cluster at {peers:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// etcd's member id: the first 8 bytes (big endian) of SHA-1 over the sorted peer URLs and the
@@ -122,11 +211,29 @@ impl Member {
             by_name.entry(n.as_str()).or_default().push(u.clone());
         }
         let ids: Vec<u64> = by_name.values().map(|urls| member_id(urls, &cfg.initial_cluster_token)).collect();
-        let Some(my_urls) = by_name.get(cfg.name.as_str()) else {
+        if !by_name.contains_key(cfg.name.as_str()) {
             anyhow::bail!("couldn't find local name {:?} in the initial cluster configuration", cfg.name);
+        }
+        let peers = Peers::default();
+        let dialer = peers.dialer.clone();
+        let hold = peers.hold.clone();
+        // A data directory keeps the ids it was created with; the initial-* flags only count once.
+        let known = read_identity(&*engine)?;
+        let identity = match known {
+            Some(i) => i,
+            None => {
+                let i = match cfg.initial_cluster_state {
+                    ClusterState::New => Identity {
+                        id: member_id(&by_name[cfg.name.as_str()], &cfg.initial_cluster_token),
+                        cluster_id: cluster_id(&ids),
+                    },
+                    ClusterState::Existing => join(cfg, &dialer).await?,
+                };
+                write_identity(&*engine, i)?;
+                i
+            }
         };
-        let id = member_id(my_urls, &cfg.initial_cluster_token);
-        let cluster_id = cluster_id(&ids);
+        let Identity { id, cluster_id } = identity;
 
         let mvcc = Arc::new(Mvcc::open(engine.clone())?);
         let sm = StateMachine::open(mvcc.clone())?;
@@ -140,17 +247,12 @@ impl Member {
             election_timeout_min: cfg.election_timeout_ms,
             election_timeout_max: cfg.election_timeout_ms * 2,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(cfg.snapshot_count.max(1)),
-            max_in_snapshot_log_to_keep: 5000,
+            max_in_snapshot_log_to_keep: cfg.snapshot_catchup_entries,
             ..Default::default()
         };
         let rcfg = Arc::new(rcfg.validate()?);
-        let peers = Peers::default();
-        let dialer = peers.dialer.clone();
         let raft = Raft::new(id, rcfg, peers, log, sm).await?;
-        if !raft.is_initialized().await? {
-            if cfg.initial_cluster_state == ClusterState::Existing {
-                anyhow::bail!("keel: joining an existing cluster is not supported by this build yet");
-            }
+        if known.is_none() && cfg.initial_cluster_state == ClusterState::New && !raft.is_initialized().await? {
             // Every member of a new cluster initializes with the same membership, as etcd's
             // members all bootstrap from --initial-cluster; the first election follows.
             let members: BTreeMap<u64, BasicNode> = by_name
@@ -177,19 +279,38 @@ impl Member {
             dialer,
             tasks: Mutex::new(Vec::new()),
             closing: tokio::sync::watch::channel(false).0,
+            removed: tokio::sync::watch::channel(false).0,
+            hold,
+            reconfig: tokio::sync::Mutex::new(()),
+            token: cfg.initial_cluster_token.clone(),
+            quota: cfg.quota_backend_bytes,
+            leader_lease: Duration::from_millis(cfg.election_timeout_ms * 2),
         });
         member.start_tasks(cfg.watch_progress_notify_interval);
+        let attributes = Attributes { name: cfg.name.clone(), client_urls: cfg.advertise_client_urls.clone() };
+        member.tasks.lock().push(tokio::spawn(publish(Arc::downgrade(&member), attributes)));
         Ok(member)
     }
 
     fn start_tasks(self: &Arc<Self>, progress_interval: Duration) {
         let mut tasks = self.tasks.lock();
         tasks.push(tokio::spawn(self.hub.clone().run()));
-        let (hub, mut metrics) = (self.hub.clone(), self.raft.metrics());
+        let (hub, mut metrics, removed, id) = (self.hub.clone(), self.raft.metrics(), self.removed.clone(), self.id);
         tasks.push(tokio::spawn(async move {
+            let mut was_member = false;
             loop {
-                let term = metrics.borrow_and_update().current_term;
+                let (term, member) = {
+                    let m = metrics.borrow_and_update();
+                    (m.current_term, m.membership_config.membership().get_node(&id).is_some())
+                };
                 hub.set_term(term);
+                if member {
+                    was_member = true;
+                } else if was_member {
+                    tracing::warn!("the member has been permanently removed from the cluster");
+                    removed.send_replace(true);
+                    return;
+                }
                 if metrics.changed().await.is_err() {
                     return;
                 }
@@ -213,10 +334,44 @@ impl Member {
     /// forwards it to the leader. While there is no leader it waits for one, up to the request
     /// timeout, then answers `etcdserver: no leader`.
     pub async fn write(&self, cmd: Command) -> Result<Reply> {
+        if self.is_learner() {
+            return Err(Error::NotSupportedForLearner);
+        }
+        if needs_space(&cmd) && self.over_quota(bincode::serialized_size(&cmd).unwrap_or(0)) {
+            // As etcd: raise NOSPACE for this member, refuse the write.
+            let raise = AlarmRequest {
+                action: AlarmAction::Activate as i32,
+                member_id: self.id,
+                alarm: AlarmType::Nospace as i32,
+            };
+            if let Err(e) = self.propose(Command::Alarm(Proto(raise))).await {
+                tracing::warn!("raising the NOSPACE alarm: {e}");
+            }
+            return Err(Error::NoSpace);
+        }
+        self.propose(cmd).await
+    }
+
+    /// Whether the backend plus `cost` more bytes exceeds the space quota.
+    fn over_quota(&self, cost: u64) -> bool {
+        self.quota.is_some_and(|q| self.engine.backend_size() + cost > q)
+    }
+
+    /// Proposes a command (forwarding it to the leader if need be), without the client-facing
+    /// checks of [`Member::write`].
+    pub async fn propose(&self, cmd: Command) -> Result<Reply> {
         match tokio::time::timeout(self.request_timeout, self.write_or_forward(cmd, true)).await {
             Err(_) => Err(self.timed_out()),
             Ok(r) => r,
         }
+    }
+
+    /// Whether this member is a learner (it then serves only serializable reads and status).
+    pub fn is_learner(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        membership.get_node(&self.id).is_some() && !membership.voter_ids().any(|v| v == self.id)
     }
 
     /// etcd's answer to a request that ran out of time: no leader, or timed out.
@@ -328,12 +483,224 @@ impl Member {
                 Err(RaftError::APIError(_)) => Err(Error::NotLeader),
                 Err(RaftError::Fatal(_)) => Err(Error::Stopped),
             }),
+            Forwarded::Change(c) => ForwardReply::Change(self.change_here(c).await),
+            Forwarded::Members => ForwardReply::Members(self.cluster_id, self.members()),
+            Forwarded::Elect => ForwardReply::Done(self.raft.trigger().elect().await.map_err(|_| Error::Stopped)),
+            Forwarded::HoldElections(hold) => {
+                self.raft.runtime_config().elect(!hold);
+                if hold {
+                    // Should the old leader die mid-transfer, campaign again after a while anyway.
+                    let (raft, after) = (self.raft.clone(), self.request_timeout);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        raft.runtime_config().elect(true);
+                    });
+                }
+                ForwardReply::Done(Ok(()))
+            }
         })
+    }
+
+    /// The members as this member knows them (its applied membership).
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        membership::members(membership.membership(), self.mvcc.read().registry())
+    }
+
+    /// Applies a membership change on the leader (forwarded there from any member); answers the
+    /// members afterwards as the leader sees them.
+    pub async fn change_membership(self: &Arc<Self>, change: Change) -> Result<Changed> {
+        let fut = async {
+            loop {
+                match self.leader_url() {
+                    _ if self.raft.metrics().borrow().current_leader == Some(self.id) => {
+                        return self.change_here(change.clone()).await
+                    }
+                    Some(url) => match self.forward(&url, Forwarded::Change(change.clone())).await {
+                        Err(Error::NoLeader) => tokio::time::sleep(NO_LEADER_RETRY).await,
+                        Err(e) => return Err(e),
+                        Ok(ForwardReply::Change(Err(Error::NotLeader))) => tokio::time::sleep(NO_LEADER_RETRY).await,
+                        Ok(ForwardReply::Change(r)) => return r,
+                        Ok(_) => return Err(unexpected_reply()),
+                    },
+                    None => tokio::time::sleep(NO_LEADER_RETRY).await,
+                }
+            }
+        };
+        tokio::time::timeout(self.request_timeout, fut).await.unwrap_or_else(|_| Err(self.timed_out()))
+    }
+
+    /// A membership change on this member, which must be the leader; checked as etcd checks it.
+    async fn change_here(&self, change: Change) -> Result<Changed> {
+        let _one_at_a_time = self.reconfig.lock().await;
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(self.id) {
+            return Err(Error::NotLeader);
+        }
+        let membership = metrics.membership_config.membership().clone();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let exists = |id: u64| membership.get_node(&id).is_some();
+        let started = |id: &u64| self.mvcc.read().registry().attributes.get(id).is_some_and(|a| !a.name.is_empty());
+        let quorum = |n: usize| n / 2 + 1;
+        let mut added = None;
+        let change = match change {
+            Change::Add { peer_urls, learner } => {
+                membership::validate_urls(&peer_urls)?;
+                if membership::urls_taken(&membership, &peer_urls, None) {
+                    return Err(Error::PeerUrlExist);
+                }
+                if learner && membership.nodes().count() > voters.len() {
+                    return Err(Error::TooManyLearners);
+                }
+                // etcd's strict reconfiguration check: the started voters must still make a
+                // quorum once the new, not yet started, voter counts.
+                if !learner && voters.iter().filter(|v| started(v)).count() < quorum(voters.len() + 1) {
+                    return Err(Error::NotEnoughStarted);
+                }
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                let id = member_id(&peer_urls, &format!("{}{}", self.token, now.as_secs()));
+                if exists(id) {
+                    return Err(Error::MemberExist);
+                }
+                added = Some(MemberInfo {
+                    id,
+                    name: String::new(),
+                    peer_urls: peer_urls.clone(),
+                    client_urls: Vec::new(),
+                    is_learner: learner,
+                });
+                let node = membership::node_of(&peer_urls);
+                if learner {
+                    ChangeMembers::AddNodes(BTreeMap::from([(id, node)]))
+                } else {
+                    ChangeMembers::AddVoters(BTreeMap::from([(id, node)]))
+                }
+            }
+            Change::Remove(id) => {
+                if !exists(id) {
+                    return Err(Error::MemberNotFound);
+                }
+                if voters.contains(&id) {
+                    let left = voters.iter().filter(|v| **v != id && started(v)).count();
+                    if voters.len() > 1 && left < quorum(voters.len() - 1) {
+                        return Err(Error::NotEnoughStarted);
+                    }
+                    // Without `retain`, the removed voter's node goes too.
+                    ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+                } else {
+                    ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+                }
+            }
+            Change::Update { id, peer_urls } => {
+                membership::validate_urls(&peer_urls)?;
+                if !exists(id) {
+                    return Err(Error::MemberNotFound);
+                }
+                if membership::urls_taken(&membership, &peer_urls, Some(id)) {
+                    return Err(Error::PeerUrlExist);
+                }
+                ChangeMembers::SetNodes(BTreeMap::from([(id, membership::node_of(&peer_urls))]))
+            }
+            Change::Promote(id) => {
+                if !exists(id) {
+                    return Err(Error::MemberNotFound);
+                }
+                if voters.contains(&id) {
+                    return Err(Error::MemberNotLearner);
+                }
+                let matched = metrics.replication.as_ref().and_then(|r| r.get(&id).cloned().flatten()).map(|l| l.index);
+                if !membership::learner_ready(matched, metrics.last_log_index.unwrap_or(0)) {
+                    return Err(Error::LearnerNotReady);
+                }
+                ChangeMembers::AddVoterIds(BTreeSet::from([id]))
+            }
+        };
+        self.raft.change_membership(change, false).await.map_err(change_err)?;
+        Ok(Changed { member: added, members: self.members() })
+    }
+
+    /// Moves leadership to `target` (etcd's MoveLeader; only the leader does this). openraft 0.9
+    /// has no transfer call, so the leader makes way: it waits until the target has its whole log,
+    /// asks the other members not to campaign, stops sending (so their leader lease runs out),
+    /// then tells the target to campaign; the target has the longest log and wins.
+    pub async fn move_leader(&self, target: u64) -> Result<()> {
+        let _one_at_a_time = self.reconfig.lock().await;
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(self.id) {
+            return Err(Error::NotLeader);
+        }
+        let membership = metrics.membership_config.membership().clone();
+        if !membership.voter_ids().any(|v| v == target) {
+            return Err(Error::BadLeaderTransferee);
+        }
+        if target == self.id {
+            return Ok(());
+        }
+        let url = |id: u64| membership.get_node(&id).map(|n| n.addr.clone()).unwrap_or_default();
+        let others: Vec<u64> = membership.voter_ids().filter(|v| *v != target && *v != self.id).collect();
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let mut metrics_rx = self.raft.metrics();
+        let caught_up = async {
+            loop {
+                let done = {
+                    let m = metrics_rx.borrow_and_update();
+                    let last = m.last_log_index;
+                    m.replication.as_ref().and_then(|r| r.get(&target).cloned().flatten()).map(|l| l.index) == last
+                };
+                if done || metrics_rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout_at(deadline, caught_up).await.is_err() {
+            return Err(Error::TimeoutLeaderTransfer);
+        }
+        for o in &others {
+            let _ = self.forward(&url(*o), Forwarded::HoldElections(true)).await;
+        }
+        self.hold.store(true, Ordering::SeqCst);
+        self.raft.runtime_config().heartbeat(false);
+        self.raft.runtime_config().elect(false);
+        // The followers refuse to vote until the lease of this leader has run out.
+        tokio::time::sleep(self.leader_lease + Duration::from_millis(50)).await;
+        let elected = async {
+            let _ = self.forward(&url(target), Forwarded::Elect).await;
+            let mut rx = self.raft.metrics();
+            loop {
+                if rx.borrow_and_update().current_leader == Some(target) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let outcome = tokio::time::timeout_at(deadline, elected).await;
+        self.hold.store(false, Ordering::SeqCst);
+        self.raft.runtime_config().heartbeat(true);
+        self.raft.runtime_config().elect(true);
+        for o in &others {
+            let _ = self.forward(&url(*o), Forwarded::HoldElections(false)).await;
+        }
+        outcome.map_err(|_| Error::TimeoutLeaderTransfer)
+    }
+
+    /// Resolves once this member was removed from the cluster.
+    pub async fn removed(&self) {
+        let _ = self.removed.subscribe().wait_for(|r| *r).await;
+    }
+
+    /// Space used by the backend and by live data, in bytes.
+    pub fn backend_sizes(&self) -> (u64, u64) {
+        (self.engine.backend_size(), self.engine.backend_size_in_use())
     }
 
     /// The read barrier (ReadIndex): returns once this member has applied everything the
     /// leader had committed when it was called. A follower asks the leader for the index.
     pub async fn linearize(&self) -> Result<()> {
+        if self.is_learner() {
+            return Err(Error::NotSupportedForLearner);
+        }
         match tokio::time::timeout(self.request_timeout, self.read_barrier()).await {
             Err(_) => Err(self.timed_out()),
             Ok(r) => r,
@@ -412,6 +779,33 @@ impl Member {
             t.abort();
         }
         let _ = self.raft.shutdown().await;
+    }
+}
+
+/// etcd's answer for a membership change openraft refused.
+fn change_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> Error {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => Error::NotLeader,
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Error::Io(e.to_string()),
+        RaftError::Fatal(_) => Error::Stopped,
+    }
+}
+
+/// Publishes this member's name and client URLs once a leader takes them (etcd's publish), and
+/// again after a restart if they changed.
+async fn publish(member: Weak<Member>, attributes: Attributes) {
+    loop {
+        let Some(m) = member.upgrade() else { return };
+        if m.mvcc.read().registry().attributes.get(&m.id) == Some(&attributes) {
+            return;
+        }
+        let cmd = Command::Publish { id: m.id, attributes: attributes.clone() };
+        match m.propose(cmd).await {
+            Ok(_) => return,
+            Err(e) => tracing::debug!("publishing member attributes: {e}"),
+        }
+        drop(m);
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::{Batch, BatchOp, Engine, Pair};
 use crate::error::Result;
+use crate::mvcc::keys;
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -107,9 +108,18 @@ impl Engine for MemEngine {
         Ok(())
     }
 
-    fn size_on_disk(&self) -> u64 {
+    fn backend_size(&self) -> u64 {
         let st = self.state.lock();
-        st.durable.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+        let state_machine = |k: &&Vec<u8>| !k.first().is_some_and(|p| keys::RAFT_PREFIXES.contains(p));
+        st.live.iter().filter(|(k, _)| state_machine(k)).map(|(k, v)| (k.len() + v.len()) as u64).sum()
+    }
+
+    fn backend_size_in_use(&self) -> u64 {
+        self.backend_size()
+    }
+
+    fn defragment(&self) -> Result<()> {
+        Ok(())
     }
 }
 

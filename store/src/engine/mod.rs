@@ -63,6 +63,11 @@ pub trait Engine: Send + Sync + 'static {
     fn last(&self, start: &[u8], end: &[u8]) -> Result<Option<Pair>>;
     /// Applies `batch` atomically; with `sync`, returns only once it is durable.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
-    /// Approximate bytes on disk (for `Status.dbSize`).
-    fn size_on_disk(&self) -> u64;
+    /// Approximate bytes the state machine (not the Raft log) takes on disk: etcd's backend size,
+    /// reported as `Status.dbSize` and held against the space quota.
+    fn backend_size(&self) -> u64;
+    /// Approximate bytes of live state-machine data; the rest is reclaimed by [`Engine::defragment`].
+    fn backend_size_in_use(&self) -> u64;
+    /// Reclaims the space of deleted state-machine data, while reads and writes go on.
+    fn defragment(&self) -> Result<()>;
 }

@@ -1,14 +1,23 @@
 //! The production engine: one RocksDB instance holding every keel key (prefixes keep the MVCC
 //! history, metadata and the Raft log apart; see `mvcc::keys`). A synced write flushes RocksDB's
 //! WAL with fsync, which also makes every earlier unsynced write durable.
+//!
+//! The Raft log and Raft metadata (`keys::RAFT_PREFIXES`) live in their own column family, so the
+//! state machine's size (what etcd calls the backend: `Status.dbSize`, the space quota) does not
+//! count the log, and compacting the state machine never rewrites it. One write batch may touch
+//! both families and stays atomic.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB};
+use rocksdb::{ColumnFamily, Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB};
 
 use super::{Batch, BatchOp, Engine, Pair};
 use crate::error::Result;
+use crate::mvcc::keys;
+
+/// The column family of the Raft log and metadata.
+const RAFT_CF: &str = "raft";
 
 /// RocksDB-backed engine. Cheap to clone.
 #[derive(Clone)]
@@ -23,8 +32,22 @@ impl RocksEngine {
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.increase_parallelism(2);
-        let db = DB::open(&opts, dir)?;
+        opts.create_missing_column_families(true);
+        let db = DB::open_cf(&opts, dir, [rocksdb::DEFAULT_COLUMN_FAMILY_NAME, RAFT_CF])?;
         Ok(Self { db: Arc::new(db) })
+    }
+
+    /// The column family a key (or a range starting at it) belongs to.
+    fn cf(&self, key: &[u8]) -> &ColumnFamily {
+        let name = match key.first() {
+            Some(p) if keys::RAFT_PREFIXES.contains(p) => RAFT_CF,
+            _ => rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
+        };
+        self.db.cf_handle(name).expect("column families are created at open")
+    }
+
+    fn state_property(&self, name: &str) -> u64 {
+        self.db.property_int_value_cf(self.cf(&[keys::HISTORY]), name).ok().flatten().unwrap_or(0)
     }
 
     fn bounded(start: &[u8], end: &[u8]) -> ReadOptions {
@@ -37,7 +60,7 @@ impl RocksEngine {
 
 impl Engine for RocksEngine {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get(key)?)
+        Ok(self.db.get_cf(self.cf(key), key)?)
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>> {
@@ -53,7 +76,11 @@ impl Engine for RocksEngine {
         if start >= end {
             return Ok(());
         }
-        let it = self.db.iterator_opt(IteratorMode::From(start, Direction::Forward), Self::bounded(start, end));
+        let it = self.db.iterator_cf_opt(
+            self.cf(start),
+            Self::bounded(start, end),
+            IteratorMode::From(start, Direction::Forward),
+        );
         for item in it {
             let (k, v) = item?;
             if !f(&k, &v) {
@@ -67,7 +94,7 @@ impl Engine for RocksEngine {
         if start >= end {
             return Ok(None);
         }
-        let mut it = self.db.iterator_opt(IteratorMode::End, Self::bounded(start, end));
+        let mut it = self.db.iterator_cf_opt(self.cf(start), Self::bounded(start, end), IteratorMode::End);
         match it.next() {
             Some(item) => {
                 let (k, v) = item?;
@@ -81,9 +108,9 @@ impl Engine for RocksEngine {
         let mut wb = rocksdb::WriteBatch::default();
         for op in batch.ops {
             match op {
-                BatchOp::Put(k, v) => wb.put(k, v),
-                BatchOp::Delete(k) => wb.delete(k),
-                BatchOp::DeleteRange(s, e) => wb.delete_range(s, e),
+                BatchOp::Put(k, v) => wb.put_cf(self.cf(&k), &k, v),
+                BatchOp::Delete(k) => wb.delete_cf(self.cf(&k), &k),
+                BatchOp::DeleteRange(s, e) => wb.delete_range_cf(self.cf(&s), &s, &e),
             }
         }
         let mut wo = WriteOptions::default();
@@ -92,9 +119,21 @@ impl Engine for RocksEngine {
         Ok(())
     }
 
-    fn size_on_disk(&self) -> u64 {
-        let live = self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(0);
-        let mem = self.db.property_int_value("rocksdb.cur-size-all-mem-tables").ok().flatten().unwrap_or(0);
-        live + mem
+    fn backend_size(&self) -> u64 {
+        self.state_property("rocksdb.total-sst-files-size") + self.state_property("rocksdb.cur-size-all-mem-tables")
+    }
+
+    fn backend_size_in_use(&self) -> u64 {
+        let live = self.state_property("rocksdb.estimate-live-data-size");
+        (live + self.state_property("rocksdb.cur-size-all-mem-tables")).min(self.backend_size())
+    }
+
+    fn defragment(&self) -> Result<()> {
+        let cf = self.cf(&[keys::HISTORY]);
+        self.db.flush_cf(cf)?;
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        self.db.compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &opts);
+        Ok(())
     }
 }

@@ -35,6 +35,8 @@ pub const RAFT_META: u8 = b'v';
 pub const LEASE: u8 = b'e';
 /// The prefixes the state machine owns: what a snapshot holds.
 pub const STATE_MACHINE: [u8; 3] = [LEASE, SM_META, HISTORY];
+/// The prefixes the Raft log store owns.
+pub const RAFT_PREFIXES: [u8; 2] = [LOG, RAFT_META];
 const TOMBSTONE: u8 = b't';
 
 /// The key of one revision in the history.

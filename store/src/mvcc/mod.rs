@@ -16,6 +16,7 @@ pub mod index;
 pub mod keys;
 pub mod kv;
 pub mod lease;
+pub mod registry;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,10 +31,12 @@ use crate::error::{Error, Result};
 use index::Index;
 use keys::Rev;
 use lease::{LeaseRecord, LeaseTable};
+use registry::Registry;
 
 struct State {
     index: Index,
     leases: LeaseTable,
+    registry: Registry,
     /// The current (newest) revision.
     rev: i64,
     /// The compacted revision; -1 before the first compaction (as etcd).
@@ -126,7 +129,8 @@ impl Mvcc {
         };
         let rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
         let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
-        Ok(Self { engine, state: RwLock::new(State { index, leases, rev, compact_rev }) })
+        let registry = Registry::load(&*engine)?;
+        Ok(Self { engine, state: RwLock::new(State { index, leases, registry, rev, compact_rev }) })
     }
 
     /// A read view at the current revision. Holds the state lock shared until dropped.
@@ -154,6 +158,7 @@ impl Mvcc {
             overlay: HashMap::new(),
             want_prev,
             revisions: Vec::new(),
+            registry_changed: false,
         }
     }
 
@@ -193,8 +198,15 @@ impl View for ReadView<'_> {
     }
 }
 
+impl ReadView<'_> {
+    /// Member attributes and alarms.
+    pub fn registry(&self) -> &Registry {
+        &self.state.registry
+    }
+}
+
 /// CRC-32C (Castagnoli), the checksum etcd's HashKV uses; bitwise, table-free.
-fn crc32c(mut crc: u32, data: &[u8]) -> u32 {
+pub(crate) fn crc32c(mut crc: u32, data: &[u8]) -> u32 {
     crc = !crc;
     for &b in data {
         crc ^= b as u32;
@@ -255,6 +267,8 @@ pub struct ApplyBatch<'a> {
     want_prev: bool,
     /// The revisions this batch made, in order.
     revisions: Vec<Revision>,
+    /// Whether the registry record must be written with the batch.
+    registry_changed: bool,
 }
 
 impl<'a> ApplyBatch<'a> {
@@ -300,6 +314,16 @@ impl<'a> ApplyBatch<'a> {
         &self.state.leases
     }
 
+    pub fn registry(&self) -> &Registry {
+        &self.state.registry
+    }
+
+    /// The registry, to change; the batch then writes it.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        self.registry_changed = true;
+        &mut self.state.registry
+    }
+
     /// Adds a lease (the caller has checked that `id` is free).
     pub fn grant_lease(&mut self, id: i64, record: LeaseRecord) {
         self.state.leases.insert(id, record);
@@ -340,6 +364,10 @@ impl<'a> ApplyBatch<'a> {
     pub fn commit(mut self, sync: bool) -> Result<Vec<Revision>> {
         let rev = self.state.rev;
         self.batch.put(keys::sm_meta(META_REV), rev.to_be_bytes().to_vec());
+        if self.registry_changed {
+            let record = bincode::serialize(&self.state.registry).expect("registry serializes");
+            self.batch.put(keys::sm_meta(registry::RECORD), record);
+        }
         let batch = std::mem::take(&mut self.batch);
         self.engine.write(batch, sync)?;
         Ok(std::mem::take(&mut self.revisions))

@@ -18,13 +18,14 @@ use std::fmt;
 use std::io::Cursor;
 
 use keel_proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseCheckpointRequest,
-    LeaseCheckpointResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    PutRequest, PutResponse, TxnRequest, TxnResponse,
+    AlarmRequest, AlarmResponse, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    LeaseCheckpointRequest, LeaseCheckpointResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, PutRequest, PutResponse, TxnRequest, TxnResponse,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::Error;
+use crate::mvcc::registry::Attributes;
 
 openraft::declare_raft_types!(
     /// keel's openraft type configuration.
@@ -79,6 +80,13 @@ pub enum Command {
     LeaseRevoke(Proto<LeaseRevokeRequest>),
     /// Remaining TTLs recorded by the leader, so a restart or a new leader does not reset them.
     LeaseCheckpoint(Proto<LeaseCheckpointRequest>),
+    /// A member's name and client URLs, published by the member once it runs.
+    Publish {
+        id: u64,
+        attributes: Attributes,
+    },
+    /// etcd's Alarm request (get, raise, clear).
+    Alarm(Proto<AlarmRequest>),
 }
 
 /// What applying one entry produced.
@@ -93,6 +101,7 @@ pub enum Reply {
     LeaseGrant(Proto<LeaseGrantResponse>),
     LeaseRevoke(Proto<LeaseRevokeResponse>),
     LeaseCheckpoint(Proto<LeaseCheckpointResponse>),
+    Alarm(Proto<AlarmResponse>),
 }
 
 /// The reply to a command: a deterministic refusal is as much an outcome as a success.
@@ -109,6 +118,8 @@ impl fmt::Display for Command {
             Command::LeaseGrant(_) => f.write_str("lease_grant"),
             Command::LeaseRevoke(_) => f.write_str("lease_revoke"),
             Command::LeaseCheckpoint(_) => f.write_str("lease_checkpoint"),
+            Command::Publish { .. } => f.write_str("publish"),
+            Command::Alarm(_) => f.write_str("alarm"),
         }
     }
 }

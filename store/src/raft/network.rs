@@ -7,6 +7,7 @@
 //! `Unreachable`, so openraft backs off instead of treating it as a protocol error.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +70,9 @@ pub fn decode<T: DeserializeOwned>(p: &RaftPayload) -> Result<T, String> {
 #[derive(Clone, Default)]
 pub struct Peers {
     pub dialer: Dialer,
+    /// While set, every Raft RPC fails as unreachable without being sent (a leader making way
+    /// for another during a leadership transfer).
+    pub hold: Arc<AtomicBool>,
 }
 
 /// openraft's client for one peer.
@@ -76,13 +80,14 @@ pub struct Peer {
     target: u64,
     url: String,
     dialer: Dialer,
+    hold: Arc<AtomicBool>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Peers {
     type Network = Peer;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
-        Peer { target, url: node.addr.clone(), dialer: self.dialer.clone() }
+        Peer { target, url: node.addr.clone(), dialer: self.dialer.clone(), hold: self.hold.clone() }
     }
 }
 
@@ -109,6 +114,9 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        if self.hold.load(Ordering::SeqCst) {
+            return Err(unreachable("held for a leadership transfer"));
+        }
         let mut client = self.dialer.client(&self.url).map_err(unreachable)?;
         let mut request = tonic::Request::new(encode(req));
         request.set_timeout(option.hard_ttl());

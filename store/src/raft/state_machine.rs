@@ -17,8 +17,9 @@ use parking_lot::Mutex;
 use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
 use crate::engine::{Batch, Pair};
 use crate::error::{Error, Result};
-use crate::mvcc::{keys, kv, lease, ApplyBatch, Mvcc};
+use crate::mvcc::{keys, kv, lease, registry, ApplyBatch, Mvcc};
 use crate::watch::Hub;
+use keel_proto::etcdserverpb::{request_op, TxnRequest};
 
 type Membership = StoredMembership<u64, openraft::BasicNode>;
 
@@ -57,8 +58,28 @@ fn read_meta<T: serde::de::DeserializeOwned>(mvcc: &Mvcc, name: &str) -> Result<
     }
 }
 
+/// Whether a command needs space: refused while the NOSPACE alarm is raised (etcd's capped
+/// applier refuses puts, txns that put, and lease grants; deletes and compaction still work).
+pub fn needs_space(cmd: &Command) -> bool {
+    fn txn_puts(t: &TxnRequest) -> bool {
+        t.success.iter().chain(&t.failure).any(|op| match &op.request {
+            Some(request_op::Request::RequestPut(_)) => true,
+            Some(request_op::Request::RequestTxn(inner)) => txn_puts(inner),
+            _ => false,
+        })
+    }
+    match cmd {
+        Command::Put(_) | Command::LeaseGrant(_) => true,
+        Command::Txn(Proto(t)) => txn_puts(t),
+        _ => false,
+    }
+}
+
 /// Applies one command inside the batch. Refusals are replies; only engine failures are errors.
 pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Error> {
+    if batch.registry().no_space() && needs_space(cmd) {
+        return Err(Error::NoSpace);
+    }
     Ok(match cmd {
         Command::Put(Proto(p)) => Reply::Put(Proto(kv::put(batch, p)?)),
         Command::DeleteRange(Proto(d)) => Reply::DeleteRange(Proto(kv::delete_range(batch, d)?)),
@@ -67,6 +88,11 @@ pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Err
         Command::LeaseGrant(Proto(g)) => Reply::LeaseGrant(Proto(lease::grant(batch, g)?)),
         Command::LeaseRevoke(Proto(r)) => Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?)),
         Command::LeaseCheckpoint(Proto(c)) => Reply::LeaseCheckpoint(Proto(lease::checkpoint(batch, c)?)),
+        Command::Publish { id, attributes } => {
+            registry::publish(batch, *id, attributes);
+            Reply::None
+        }
+        Command::Alarm(Proto(a)) => Reply::Alarm(Proto(registry::alarm(batch, a))),
     })
 }
 
@@ -111,16 +137,27 @@ impl StateMachine {
         self.applied.lock().last
     }
 
-    /// Every state-machine pair, read under the MVCC state lock so no apply interleaves.
     fn dump(&self) -> Result<Vec<Pair>> {
-        let _view = self.mvcc.read();
-        let e = self.mvcc.engine();
-        let mut pairs = Vec::new();
-        for p in keys::STATE_MACHINE {
-            pairs.extend(e.scan(&[p], &keys::prefix_end(p))?);
-        }
-        Ok(pairs)
+        dump(&self.mvcc)
     }
+}
+
+/// Every state-machine pair, read under the MVCC state lock so no apply interleaves.
+pub fn dump(mvcc: &Mvcc) -> Result<Vec<Pair>> {
+    let _view = mvcc.read();
+    let e = mvcc.engine();
+    let mut pairs = Vec::new();
+    for p in keys::STATE_MACHINE {
+        pairs.extend(e.scan(&[p], &keys::prefix_end(p))?);
+    }
+    Ok(pairs)
+}
+
+/// Whether a state-machine pair belongs in a restored new cluster: everything but this
+/// cluster's Raft position, membership and member registry (etcd's restore keeps the keyspace
+/// and leases, and starts membership afresh).
+pub fn restorable(key: &[u8]) -> bool {
+    ![APPLIED, MEMBERSHIP, crate::mvcc::registry::RECORD].iter().any(|n| key == keys::sm_meta(n).as_slice())
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {

@@ -1,5 +1,5 @@
-//! `etcdserverpb.Maintenance`: Status and HashKV are served; the other RPCs answer `Unimplemented` until the
-//! cluster issue brings them (README, compatibility table).
+//! `etcdserverpb.Maintenance`: everything but Downgrade (which answers `Unimplemented`; README,
+//! compatibility table). Snapshot streams keel's own snapshot format (`crate::snapshot`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,15 +7,20 @@ use std::sync::Arc;
 use futures::Stream;
 use keel_proto::etcdserverpb::maintenance_server::Maintenance;
 use keel_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest, DowngradeResponse,
-    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest,
-    SnapshotResponse, StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse, DowngradeRequest, DowngradeResponse,
+    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest, MoveLeaderResponse, ResponseHeader,
+    SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
 };
 use tonic::{Request, Response, Status};
 
-use super::status;
+use super::{status, unexpected};
+use crate::error::Error;
 use crate::mvcc::View;
 use crate::node::{Member, ETCD_API_VERSION};
+use crate::raft::{Command, Proto, Reply};
+
+/// Bytes per Snapshot response message (etcd sends 32 KiB pieces).
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
 pub struct MaintenanceService {
     member: Arc<Member>,
@@ -27,42 +32,77 @@ impl MaintenanceService {
     }
 }
 
-fn not_yet(rpc: &str) -> Status {
-    Status::unimplemented(format!("keel: Maintenance.{rpc} is not implemented yet"))
+/// An engine or state-machine failure outside Raft, as a gRPC status.
+fn internal(e: impl std::fmt::Display) -> Status {
+    status(Error::Io(e.to_string()))
 }
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(&self, _req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
-        Err(not_yet("Alarm"))
+    async fn alarm(&self, req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        match self.member.write(Command::Alarm(Proto(req.into_inner()))).await.map_err(status)? {
+            Reply::Alarm(Proto(mut resp)) => {
+                self.member.fill(&mut resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected("Alarm")),
+        }
     }
 
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let m = &self.member;
         let metrics = m.raft.metrics().borrow().clone();
-        let db_size = m.engine().size_on_disk() as i64;
+        let (db_size, in_use) = m.backend_sizes();
+        // etcd lists raised alarms as their protobuf text form.
+        let errors = m
+            .mvcc
+            .read()
+            .registry()
+            .alarms(AlarmType::None as i32)
+            .iter()
+            .map(|a| {
+                let kind = AlarmType::try_from(a.alarm).map(|t| t.as_str_name()).unwrap_or("NONE");
+                format!("memberID:{} alarm:{} ", a.member_id, kind)
+            })
+            .collect();
         let mut resp = StatusResponse {
             header: None,
             version: ETCD_API_VERSION.to_string(),
-            db_size,
+            db_size: db_size as i64,
             leader: metrics.current_leader.unwrap_or(0),
             raft_index: metrics.last_log_index.unwrap_or(0),
             raft_term: metrics.current_term,
             raft_applied_index: metrics.last_applied.map(|l| l.index).unwrap_or(0),
-            errors: vec![],
-            db_size_in_use: db_size,
-            is_learner: false,
+            errors,
+            db_size_in_use: in_use as i64,
+            is_learner: m.is_learner(),
         };
         m.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn defragment(&self, _req: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
-        Err(not_yet("Defragment"))
+        // Compaction runs beside reads and writes; only this call waits for it.
+        let engine = self.member.engine().clone();
+        tokio::task::spawn_blocking(move || engine.defragment()).await.map_err(internal)?.map_err(status)?;
+        let mut resp = DefragmentResponse { header: None };
+        self.member.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn hash(&self, _req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        Err(not_yet("Hash"))
+        let m = &self.member;
+        let mvcc = m.mvcc.clone();
+        let hash = tokio::task::spawn_blocking(move || {
+            let pairs = crate::raft::state_machine::dump(&mvcc)?;
+            Ok::<_, Error>(pairs.iter().fold(0, |crc, (k, v)| crate::mvcc::crc32c(crate::mvcc::crc32c(crc, k), v)))
+        })
+        .await
+        .map_err(internal)?
+        .map_err(status)?;
+        let mut resp = HashResponse { header: None, hash };
+        m.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn hash_kv(&self, req: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
@@ -72,7 +112,7 @@ impl Maintenance for MaintenanceService {
             (view.hash_kv(req.get_ref().revision).map_err(status)?, view.compact_rev(), view.rev())
         };
         let mut resp = HashKvResponse { header: None, hash, compact_revision: compact_revision.max(0) };
-        resp.header = Some(keel_proto::etcdserverpb::ResponseHeader { revision: rev, ..Default::default() });
+        resp.header = Some(ResponseHeader { revision: rev, ..Default::default() });
         m.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -80,14 +120,38 @@ impl Maintenance for MaintenanceService {
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
     async fn snapshot(&self, _req: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(not_yet("Snapshot"))
+        let m = self.member.clone();
+        let mvcc = m.mvcc.clone();
+        let file = tokio::task::spawn_blocking(move || crate::raft::state_machine::dump(&mvcc))
+            .await
+            .map_err(internal)?
+            .map_err(status)?;
+        let file = crate::snapshot::encode(&file);
+        let mut header = None;
+        m.fill(&mut header);
+        let total = file.len();
+        let chunks: Vec<Result<SnapshotResponse, Status>> = file
+            .chunks(SNAPSHOT_CHUNK)
+            .enumerate()
+            .map(|(i, c)| {
+                Ok(SnapshotResponse {
+                    header,
+                    remaining_bytes: (total - (i * SNAPSHOT_CHUNK + c.len())) as u64,
+                    blob: c.to_vec().into(),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
-    async fn move_leader(&self, _req: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
-        Err(not_yet("MoveLeader"))
+    async fn move_leader(&self, req: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+        self.member.move_leader(req.get_ref().target_id).await.map_err(status)?;
+        let mut resp = MoveLeaderResponse { header: None };
+        self.member.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn downgrade(&self, _req: Request<DowngradeRequest>) -> Result<Response<DowngradeResponse>, Status> {
-        Err(not_yet("Downgrade"))
+        Err(Status::unimplemented("keel: Maintenance.Downgrade is not implemented"))
     }
 }

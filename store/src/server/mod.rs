@@ -2,10 +2,11 @@
 //! `/version`, all on each client listener. This is the only place that maps [`Error`] to etcd's
 //! gRPC codes and messages ([`status`]).
 //!
-//! Services not built yet (Cluster, Auth) are not registered, so their calls are
+//! Services not built yet (Auth) are not registered, so their calls are
 //! answered `Unimplemented`, as the README's compatibility table lists.
 
 mod authority;
+mod cluster;
 mod http;
 mod kv;
 mod lease;
@@ -18,6 +19,7 @@ mod watch;
 use std::future::Future;
 use std::sync::Arc;
 
+use keel_proto::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcdserverpb::lease_server::LeaseServer;
 use keel_proto::etcdserverpb::maintenance_server::MaintenanceServer;
@@ -37,12 +39,26 @@ pub fn status(e: Error) -> Status {
         | Error::TooManyOps
         | Error::DuplicateKey
         | Error::InvalidSortOption
-        | Error::RequestTooLarge => Code::InvalidArgument,
+        | Error::RequestTooLarge
+        | Error::MemberBadUrls => Code::InvalidArgument,
         Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
-        Error::LeaseNotFound => Code::NotFound,
-        Error::LeaseExist => Code::FailedPrecondition,
-        Error::NoLeader | Error::Timeout | Error::Stopped => Code::Unavailable,
-        Error::NotLeader => Code::FailedPrecondition,
+        Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
+        Error::LeaseExist
+        | Error::NotLeader
+        | Error::BadLeaderTransferee
+        | Error::MemberExist
+        | Error::PeerUrlExist
+        | Error::NotEnoughStarted
+        | Error::MemberNotLearner
+        | Error::LearnerNotReady
+        | Error::TooManyLearners => Code::FailedPrecondition,
+        Error::NoLeader
+        | Error::Timeout
+        | Error::TimeoutDueToConnectionLost
+        | Error::TimeoutLeaderTransfer
+        | Error::NotSupportedForLearner
+        | Error::Stopped => Code::Unavailable,
+        Error::NoSpace => Code::ResourceExhausted,
         Error::Corrupt(_) => Code::DataLoss,
         Error::Io(_) => Code::Internal,
         Error::Unimplemented(_) => Code::Unimplemented,
@@ -75,9 +91,13 @@ pub async fn serve(
     let lease = LeaseServer::new(lease::LeaseService::new(member.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(usize::MAX);
+    let cluster = ClusterServer::new(cluster::ClusterService::new(member.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(usize::MAX);
     let watch = watch::WatchServer::new(member.clone(), max_recv);
     let router = tonic::service::Routes::new(kv)
         .add_service(maintenance)
+        .add_service(cluster)
         .add_service(lease)
         .add_service(watch)
         .into_axum_router()

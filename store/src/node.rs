@@ -389,8 +389,11 @@ impl Member {
                 Ok(resp) => return resp.data.0,
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
                     Some(node) if may_forward => match self.forward(&node.addr, Forwarded::Write(cmd.clone())).await {
-                        // The leader is unreachable: wait for this member to learn of a new one.
-                        Err(Error::NoLeader) => tokio::time::sleep(NO_LEADER_RETRY).await,
+                        // The leader is unreachable, or no longer leads (this member's view is
+                        // stale, e.g. just after a restart): wait to learn of the new one.
+                        Err(Error::NoLeader) | Ok(ForwardReply::Write(Err(Error::NotLeader))) => {
+                            tokio::time::sleep(NO_LEADER_RETRY).await
+                        }
                         Err(e) => return Err(e),
                         Ok(ForwardReply::Write(r)) => return r,
                         Ok(_) => return Err(unexpected_reply()),
@@ -433,17 +436,27 @@ impl Member {
 
     /// Asks the leader (this member, or over the peer service) for a lease-timer answer.
     async fn ask_leader(self: &Arc<Self>, f: Forwarded) -> Result<ForwardReply> {
-        let local = self.serve_forwarded(f.clone()).await?;
-        let not_leader = matches!(
-            &local,
-            ForwardReply::KeepAlive(Err(Error::NotLeader | Error::NoLeader))
-                | ForwardReply::Remaining(Err(Error::NotLeader | Error::NoLeader))
-        );
-        match self.leader_url() {
-            Some(url) if not_leader && self.raft.metrics().borrow().current_leader != Some(self.id) => {
-                self.forward(&url, f).await
+        let stale = |r: &Result<ForwardReply>| {
+            matches!(
+                r,
+                Err(Error::NoLeader)
+                    | Ok(ForwardReply::KeepAlive(Err(Error::NotLeader | Error::NoLeader)))
+                    | Ok(ForwardReply::Remaining(Err(Error::NotLeader | Error::NoLeader)))
+            )
+        };
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        loop {
+            let mut reply = self.serve_forwarded(f.clone()).await;
+            if stale(&reply) && self.raft.metrics().borrow().current_leader != Some(self.id) {
+                if let Some(url) = self.leader_url() {
+                    reply = self.forward(&url, f.clone()).await;
+                }
             }
-            _ => Ok(local),
+            // Until the request timeout, a stale view of the leader is waited out.
+            if !stale(&reply) || tokio::time::Instant::now() >= deadline {
+                return reply;
+            }
+            tokio::time::sleep(NO_LEADER_RETRY).await;
         }
     }
 
@@ -719,6 +732,10 @@ impl Member {
                                 continue;
                             }
                             Err(e) => return Err(e),
+                            Ok(ForwardReply::ReadIndex(Err(Error::NotLeader))) => {
+                                tokio::time::sleep(NO_LEADER_RETRY).await;
+                                continue;
+                            }
                             Ok(ForwardReply::ReadIndex(r)) => r?,
                             Ok(_) => return Err(unexpected_reply()),
                         };

@@ -257,6 +257,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError> {
         let snap_err = |e: Error| io_err(e, ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write);
         let data = snapshot.into_inner();
+        tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "installing a snapshot from the leader");
         let pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
         let mut b = Batch::default();
         for p in keys::STATE_MACHINE {

@@ -72,6 +72,23 @@ fn unexpected(what: &str) -> Status {
     status(Error::Corrupt(format!("unexpected reply to {what}")))
 }
 
+/// What a learner serves its clients, as etcd: Status, and Range (the KV service refuses a
+/// linearizable one).
+const LEARNER_RPCS: [&str; 2] = ["/etcdserverpb.Maintenance/Status", "/etcdserverpb.KV/Range"];
+
+/// Answers every other etcd RPC on a learner with `etcdserver: rpc not supported for learner`.
+async fn learner_gate(
+    axum::extract::State(member): axum::extract::State<Arc<Member>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = req.uri().path();
+    if path.starts_with("/etcdserverpb.") && !LEARNER_RPCS.contains(&path) && member.is_learner() {
+        return status(Error::NotSupportedForLearner).into_http();
+    }
+    next.run(req).await
+}
+
 /// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
@@ -101,6 +118,7 @@ pub async fn serve(
         .add_service(lease)
         .add_service(watch)
         .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
         .merge(http::router(member));
     axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
 }

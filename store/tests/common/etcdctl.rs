@@ -115,3 +115,12 @@ fn collect(mut from: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> J
 pub fn lossy(bytes: &Mutex<Vec<u8>>) -> String {
     String::from_utf8_lossy(&bytes.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
 }
+
+/// Runs `etcdctl args` against `server` until it exits or `deadline` passes (then it is killed):
+/// exit code (`None`: killed), stdout, stderr.
+pub async fn run(server: &Server, args: &[&str], deadline: std::time::Duration) -> (Option<i32>, String, String) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let mut process = Etcdctl::spawn(server, &args, None);
+    super::poll_until(deadline, std::time::Duration::from_millis(10), || process.exited()).await;
+    process.finish()
+}

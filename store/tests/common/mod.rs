@@ -101,18 +101,7 @@ impl Server {
     pub async fn start_with(kind: Kind, extra_args: &[&str]) -> Server {
         const ATTEMPTS: u32 = 3;
         for attempt in 1..=ATTEMPTS {
-            let (dir, client_port, peer_port) = fresh_place(kind, "");
-            let mut server = Server {
-                kind,
-                name: "default".into(),
-                initial_cluster: None,
-                dir,
-                client_port,
-                peer_port,
-                extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-                child: None,
-                spawns: 0,
-            };
+            let mut server = unstarted(kind, "default", extra_args);
             server.spawn();
             match server.wait_ready().await {
                 Ok(()) => return server,
@@ -145,6 +134,18 @@ impl Server {
     /// Whether the process is running (not killed by the test).
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// Whether the process has exited by itself (it is then reaped).
+    pub fn has_exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(_))) => {
+                self.child = None;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
     }
 
     pub fn kind(&self) -> Kind {
@@ -432,22 +433,57 @@ pub async fn poll_until(deadline: Duration, every: Duration, mut done: impl FnMu
 /// Starts an `n`-member cluster of `kind` (members `m1`..`mn`, etcd's bootstrap flags, fresh
 /// ports) and waits until every member serves linearizable reads.
 pub async fn start_cluster(kind: Kind, n: usize) -> Vec<Server> {
-    let mut members = Vec::new();
-    for i in 1..=n {
-        let (dir, client_port, peer_port) = fresh_place(kind, &format!("m{i}-"));
-        members.push(Server {
-            kind,
-            name: format!("m{i}"),
-            initial_cluster: None,
-            dir,
-            client_port,
-            peer_port,
-            extra_args: Vec::new(),
-            child: None,
-            spawns: 0,
-        });
+    start_cluster_with(kind, n, &[]).await
+}
+
+/// A member that is not running yet, named `name`, with fresh ports and `extra_args`.
+fn unstarted(kind: Kind, name: &str, extra_args: &[&str]) -> Server {
+    let (dir, client_port, peer_port) = fresh_place(kind, &format!("{name}-"));
+    Server {
+        kind,
+        name: name.to_string(),
+        initial_cluster: None,
+        dir,
+        client_port,
+        peer_port,
+        extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        child: None,
+        spawns: 0,
     }
-    let initial: Vec<String> = members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect();
+}
+
+impl Server {
+    /// This member's `name=peerURL` entry of `--initial-cluster`.
+    pub fn initial_cluster_entry(&self) -> String {
+        format!("{}=http://127.0.0.1:{}", self.name, self.peer_port)
+    }
+
+    /// The peer URL.
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+}
+
+/// A new member `name` that has not started yet, for `etcdctl member add` with its
+/// [`Server::peer_url`] first; [`join`] then starts it.
+pub fn new_member(kind: Kind, name: &str, extra_args: &[&str]) -> Server {
+    let mut args = vec!["--initial-cluster-state", "existing"];
+    args.extend_from_slice(extra_args);
+    unstarted(kind, name, &args)
+}
+
+/// Starts `member` (from [`new_member`]) into the cluster of `members` and waits until it serves.
+pub async fn join(member: &mut Server, members: &[&Server]) {
+    let mut initial: Vec<String> = members.iter().map(|m| m.initial_cluster_entry()).collect();
+    initial.push(member.initial_cluster_entry());
+    member.initial_cluster = Some(initial.join(","));
+    member.respawn().await;
+}
+
+/// Like [`start_cluster`], appending `extra_args` to every member's command line.
+pub async fn start_cluster_with(kind: Kind, n: usize, extra_args: &[&str]) -> Vec<Server> {
+    let mut members: Vec<Server> = (1..=n).map(|i| unstarted(kind, &format!("m{i}"), extra_args)).collect();
+    let initial: Vec<String> = members.iter().map(Server::initial_cluster_entry).collect();
     for m in &mut members {
         m.initial_cluster = Some(initial.join(","));
         m.spawn();

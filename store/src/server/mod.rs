@@ -1,11 +1,12 @@
 //! The client edge: one tonic service per etcd service, plus etcd's plain-HTTP `/health` and
-//! `/version`, all on each client listener. This is the only place that maps [`Error`] to etcd's
-//! gRPC codes and messages ([`status`]).
+//! `/version` and its JSON gateway (`/v3/...`, [`gateway`]), all on each client listener. This is
+//! the only place that maps [`Error`] to etcd's gRPC codes and messages ([`status`]).
 //!
 //! Services not built yet (Cluster, Auth) are not registered, so their calls are
 //! answered `Unimplemented`, as the README's compatibility table lists.
 
 mod authority;
+mod gateway;
 mod http;
 mod kv;
 mod lease;
@@ -81,6 +82,7 @@ pub async fn serve(
         .add_service(lease)
         .add_service(watch)
         .into_axum_router()
-        .merge(http::router(member));
+        .merge(http::router(member.clone()))
+        .merge(gateway::router(member));
     axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
 }

@@ -466,9 +466,11 @@ where
 {
     let mut items = items.fuse();
     let first = items.next().await;
-    let code = match &first {
-        Some(Err(s)) => http_status(s.code()),
-        _ => StatusCode::OK,
+    let (code, metadata) = match &first {
+        Some(Err(s)) => (http_status(s.code()), false),
+        Some(Ok(_)) => (StatusCode::OK, true),
+        // No response at all: grpc-gateway got no gRPC headers to forward either.
+        None => (StatusCode::OK, false),
     };
     let body = stream::iter(first).chain(items).scan(false, |ended, item| {
         let out = (!*ended).then(|| Ok::<_, std::convert::Infallible>(chunk(&item)));
@@ -476,7 +478,7 @@ where
         futures::future::ready(out)
     });
     let mut r = (code, [(header::CONTENT_TYPE, "application/json")], Body::from_stream(body)).into_response();
-    if code == StatusCode::OK {
+    if metadata {
         r.headers_mut().insert("grpc-metadata-content-type", HeaderValue::from_static("application/grpc"));
     }
     r

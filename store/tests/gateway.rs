@@ -219,6 +219,7 @@ impl<'a> Script<'a> {
         self.post("/v3/kv/lease/timetolive", r#"{"ID":"7588","keys":true}"#).await;
         // etcd lists leases in map order: only their number is compared.
         self.call_masked("POST", "/v3/lease/leases", "{}", &["ID"]).await;
+        self.call_masked("POST", "/v3/kv/lease/leases", "", &["ID"]).await;
         self.post("/v3/lease/revoke", r#"{"ID":"7587"}"#).await;
         self.post("/v3/kv/lease/revoke", r#"{"ID":"7587"}"#).await;
         self.post("/v3/kv/range", r#"{"key":"bGVhc2Vk"}"#).await;
@@ -258,7 +259,7 @@ impl<'a> Script<'a> {
         drop(w);
 
         let mut w =
-            Exchange::open(server, "POST", "/v3/watch", r#"{"create_request":{"key":"dw==","start_revision":"2"}}"#)
+            Exchange::open(server, "POST", "/v3beta/watch", r#"{"createRequest":{"key":"dw==","startRevision":"2"}}"#)
                 .await;
         let (status, content_type) = (w.status, w.content_type.clone());
         for n in 1..=2 {

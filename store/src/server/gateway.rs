@@ -76,7 +76,7 @@ pub fn router(member: Arc<Member>) -> Router {
         member,
         max_recv,
     });
-    let endpoints: Vec<(&str, MethodRouter<Gw>)> = vec![
+    let mut endpoints: Vec<(&str, MethodRouter<Gw>)> = vec![
         ("/kv/range", unary(|g: Gw, r| async move { g.kv.range(Request::new(r)).await })),
         ("/kv/put", unary(|g: Gw, r| async move { g.kv.put(Request::new(r)).await })),
         ("/kv/deleterange", unary(|g: Gw, r| async move { g.kv.delete_range(Request::new(r)).await })),
@@ -101,7 +101,6 @@ pub fn router(member: Arc<Member>) -> Router {
             unary(|g: Gw, r| async move { g.maintenance.move_leader(Request::new(r)).await }),
         ),
     ];
-    let mut endpoints = endpoints;
     for (path, rpc) in UNSERVED {
         let refusal = Status::unimplemented(format!("keel: {rpc} is not implemented yet"));
         endpoints.push((path, post(move || async move { error_reply(&refusal) })));
@@ -156,17 +155,14 @@ where
     F: Fn(Gw, Req) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
 {
-    post(move |State(g): State<Gw>, body: Bytes| {
-        let call = call.clone();
-        async move {
-            let req = match decode_unary::<Req>(&body, g.max_recv) {
-                Ok(req) => req,
-                Err(s) => return error_reply(&s),
-            };
-            match call(g, req).await {
-                Ok(resp) => json_reply(StatusCode::OK, serde_json::to_vec(resp.get_ref())),
-                Err(s) => error_reply(&s),
-            }
+    post(move |State(g): State<Gw>, body: Bytes| async move {
+        let req = match decode_unary::<Req>(&body, g.max_recv) {
+            Ok(req) => req,
+            Err(s) => return error_reply(&s),
+        };
+        match call(g, req).await {
+            Ok(resp) => json_reply(StatusCode::OK, serde_json::to_vec(resp.get_ref())),
+            Err(s) => error_reply(&s),
         }
     })
 }

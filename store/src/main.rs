@@ -75,6 +75,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy)]
+enum Listener {
+    Client,
+    Peer,
+    Metrics,
+}
+
 /// How long a stopping member waits for client connections to finish.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -93,16 +101,20 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let peer_addrs = cfg.peer_addrs().map_err(anyhow::Error::msg)?;
-    let listeners = addrs.into_iter().map(|a| (a, false)).chain(peer_addrs.into_iter().map(|a| (a, true)));
-    for (addr, peer) in listeners {
+    let metrics_addrs = cfg.metrics_addrs().map_err(anyhow::Error::msg)?;
+    let listeners = addrs
+        .into_iter()
+        .map(|a| (a, Listener::Client))
+        .chain(peer_addrs.into_iter().map(|a| (a, Listener::Peer)))
+        .chain(metrics_addrs.into_iter().map(|a| (a, Listener::Metrics)));
+    for (addr, kind) in listeners {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        let shutdown = stopped(stop_rx.clone());
-        servers.push(if peer {
-            tracing::info!(%addr, "serving peer traffic");
-            tokio::spawn(keel_store::server::serve_peers(member.clone(), listener, shutdown))
-        } else {
-            tracing::info!(%addr, "serving client requests");
-            tokio::spawn(keel_store::server::serve(member.clone(), listener, shutdown))
+        let (shutdown, m) = (stopped(stop_rx.clone()), member.clone());
+        tracing::info!(%addr, "serving {kind:?} traffic");
+        servers.push(match kind {
+            Listener::Client => tokio::spawn(keel_store::server::serve(m, listener, shutdown)),
+            Listener::Peer => tokio::spawn(keel_store::server::serve_peers(m, listener, shutdown)),
+            Listener::Metrics => tokio::spawn(keel_store::server::serve_metrics(m, listener, shutdown)),
         });
     }
     tracing::info!(name = %cfg.name, id = %format!("{:x}", member.id), cluster = %format!("{:x}", member.cluster_id), "keel member started");

@@ -116,6 +116,10 @@ pub struct Member {
     quota: Option<u64>,
     /// openraft's longest election timeout, which is also its leader lease.
     leader_lease: Duration,
+    /// gRPC calls started and handled, for `/metrics`.
+    pub grpc: crate::server::metrics::GrpcCounters,
+    /// Leader changes this member has seen (`etcd_server_leader_changes_seen_total`).
+    leader_changes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The ids a data directory was created with; a restart uses them, not the flags.
@@ -285,6 +289,8 @@ impl Member {
             token: cfg.initial_cluster_token.clone(),
             quota: cfg.quota_backend_bytes,
             leader_lease: Duration::from_millis(cfg.election_timeout_ms * 2),
+            grpc: Default::default(),
+            leader_changes: Default::default(),
         });
         member.start_tasks(cfg.watch_progress_notify_interval);
         let attributes = Attributes { name: cfg.name.clone(), client_urls: cfg.advertise_client_urls.clone() };
@@ -296,14 +302,19 @@ impl Member {
         let mut tasks = self.tasks.lock();
         tasks.push(tokio::spawn(self.hub.clone().run()));
         let (hub, mut metrics, removed, id) = (self.hub.clone(), self.raft.metrics(), self.removed.clone(), self.id);
+        let changes = self.leader_changes.clone();
         tasks.push(tokio::spawn(async move {
-            let mut was_member = false;
+            let (mut was_member, mut last_leader) = (false, None);
             loop {
-                let (term, member) = {
+                let (term, member, leader) = {
                     let m = metrics.borrow_and_update();
-                    (m.current_term, m.membership_config.membership().get_node(&id).is_some())
+                    (m.current_term, m.membership_config.membership().get_node(&id).is_some(), m.current_leader)
                 };
                 hub.set_term(term);
+                if leader.is_some() && leader != last_leader {
+                    changes.fetch_add(1, Ordering::Relaxed);
+                }
+                last_leader = leader;
                 if member {
                     was_member = true;
                 } else if was_member {
@@ -701,6 +712,16 @@ impl Member {
     /// Resolves once this member was removed from the cluster.
     pub async fn removed(&self) {
         let _ = self.removed.subscribe().wait_for(|r| *r).await;
+    }
+
+    /// Leader changes seen since start.
+    pub fn leader_changes(&self) -> u64 {
+        self.leader_changes.load(Ordering::Relaxed)
+    }
+
+    /// The backend space quota in bytes, if any.
+    pub fn quota(&self) -> Option<u64> {
+        self.quota
     }
 
     /// Space used by the backend and by live data, in bytes.

@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use common::etcdctl::Etcdctl;
 use common::{poll_until, Kind, Server};
-use keel_proto::etcdserverpb::RangeRequest;
+use keel_proto::etcdserverpb::{PutRequest, RangeRequest};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -821,4 +821,48 @@ async fn http_health_and_version_match_etcd() {
         }
     }
     assert!(problems.is_empty(), "HTTP endpoints of {name} differ from etcd's:\n{}", problems.join("\n"));
+}
+
+/// The metrics keel and etcd share, by etcd's names, each with a sample on `/metrics`.
+const SHARED_METRICS: [&str; 8] = [
+    "etcd_server_has_leader",
+    "etcd_server_leader_changes_seen_total",
+    "etcd_server_proposals_committed_total",
+    "etcd_mvcc_db_total_size_in_bytes",
+    "etcd_debugging_mvcc_keys_total",
+    "grpc_server_started_total",
+    "grpc_server_handled_total",
+    "process_resident_memory_bytes",
+];
+
+#[tokio::test]
+async fn metrics_carry_etcds_names() {
+    let against = Kind::under_test();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}");
+    let flags = ["--listen-metrics-urls", metrics_url.as_str()];
+    let (etcd, other) = tokio::join!(Server::start(Kind::Etcd), Server::start_with(against, &flags));
+    for server in [&etcd, &other] {
+        let put = PutRequest { key: "m".into(), value: "v".into(), ..Default::default() };
+        server.kv().await.put(put).await.expect("put");
+    }
+    for (name, port) in
+        [("etcd", etcd.client_port()), (against.name(), other.client_port()), ("metrics URL", metrics_port)]
+    {
+        let got = http_get(port, "/metrics").await.unwrap_or_else(|e| panic!("{name} GET /metrics: {e}"));
+        assert_eq!(got.status, 200, "{name}");
+        let samples: Vec<&str> = got.body.lines().filter(|l| !l.starts_with('#')).collect();
+        for metric in SHARED_METRICS {
+            assert!(samples.iter().any(|l| l.starts_with(metric)), "{name} has no {metric}");
+        }
+        assert!(samples.contains(&"etcd_server_has_leader 1"), "{name}: a leader");
+        assert!(
+            samples.iter().any(|l| l.starts_with("grpc_server_handled_total")
+                && l.contains("grpc_code=\"OK\"")
+                && l.contains("grpc_method=\"Put\"")),
+            "{name} counted the put"
+        );
+    }
+    let health = http_get(metrics_port, "/health").await.expect("GET /health on the metrics URL");
+    assert_eq!((health.status, health.body.trim()), (200, r#"{"health":"true"}"#));
 }

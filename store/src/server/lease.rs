@@ -32,6 +32,19 @@ impl LeaseService {
     }
 }
 
+/// etcd's answer to one keep-alive request (the gRPC stream and the JSON gateway both send it):
+/// the renewed TTL, or TTL 0 for an unknown (or just expired) lease. An error ends the stream.
+pub(super) async fn keep_alive(m: &Arc<Member>, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
+    let ttl = match m.renew_lease(id).await {
+        Ok(ttl) => ttl,
+        Err(Error::LeaseNotFound) => 0,
+        Err(e) => return Err(status(e)),
+    };
+    let mut resp = LeaseKeepAliveResponse { header: None, id, ttl };
+    m.fill(&mut resp.header);
+    Ok(resp)
+}
+
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -86,18 +99,9 @@ impl Lease for LeaseService {
                     // Shutting down: the stream ends and the client moves on.
                     _ = m.closing() => return,
                 };
-                let ttl = match m.renew_lease(r.id).await {
-                    Ok(ttl) => ttl,
-                    // etcd answers an unknown (or just expired) lease with TTL 0.
-                    Err(Error::LeaseNotFound) => 0,
-                    Err(e) => {
-                        let _ = tx.send(Err(status(e))).await;
-                        return;
-                    }
-                };
-                let mut resp = LeaseKeepAliveResponse { header: None, id: r.id, ttl };
-                m.fill(&mut resp.header);
-                if tx.send(Ok(resp)).await.is_err() {
+                let resp = keep_alive(&m, r.id).await;
+                let failed = resp.is_err();
+                if tx.send(resp).await.is_err() || failed {
                     return;
                 }
             }

@@ -1,16 +1,18 @@
 //! The client edge: one tonic service per etcd service, plus etcd's plain-HTTP `/health` and
-//! `/version`, all on each client listener. This is the only place that maps [`Error`] to etcd's
-//! gRPC codes and messages ([`status`]).
+//! `/version` and its JSON gateway (`/v3/...`, [`gateway`]), all on each client listener. This is
+//! the only place that maps [`Error`] to etcd's gRPC codes and messages ([`status`]).
 //!
 //! Services not built yet (Auth) are not registered, so their calls are
 //! answered `Unimplemented`, as the README's compatibility table lists.
 
 mod authority;
 mod cluster;
+mod gateway;
 mod http;
 mod kv;
 mod lease;
 mod maintenance;
+pub mod metrics;
 mod peer;
 pub mod validate;
 pub use peer::serve_peers;
@@ -119,6 +121,19 @@ pub async fn serve(
         .add_service(watch)
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
-        .merge(http::router(member));
+        .layer(axum::middleware::from_fn_with_state(member.clone(), metrics::count_grpc))
+        .merge(http::router(member.clone()))
+        .merge(metrics::router(member.clone()))
+        .merge(gateway::router(member));
     axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
+}
+
+/// Serves `/metrics`, `/health` and `/version` on a `--listen-metrics-urls` listener.
+pub async fn serve_metrics(
+    member: Arc<Member>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = metrics::router(member.clone()).merge(http::router(member));
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }

@@ -21,6 +21,7 @@ use tonic_prost::ProstCodec;
 
 use crate::node::Member;
 use crate::watch::wire::Wire;
+use crate::watch::{Hub, Outbox};
 
 /// The Watch service.
 #[derive(Clone)]
@@ -72,31 +73,35 @@ impl StreamingService<WatchRequest> for WatchServer {
     fn call(&mut self, req: Request<Streaming<WatchRequest>>) -> Self::Future {
         let hub = self.member.hub.clone();
         Box::pin(async move {
-            let mut inbound = req.into_inner();
             let (stream, out, responses) = hub.open_stream();
-            let requests = hub.clone();
-            tokio::spawn(async move {
-                // A client that stops reading stops being read: each request waits for room.
-                loop {
-                    match inbound.message().await {
-                        Ok(Some(r)) => {
-                            out.room().await;
-                            match r.request_union {
-                                Some(RequestUnion::CreateRequest(c)) => requests.create(stream, &c),
-                                Some(RequestUnion::CancelRequest(c)) => requests.cancel(stream, c.watch_id),
-                                Some(RequestUnion::ProgressRequest(_)) => requests.progress_request(stream),
-                                None => {}
-                            }
-                        }
-                        // The client closed its sending side: as etcd, its watchers carry on.
-                        Ok(None) => return,
-                        Err(_) => break,
-                    }
-                }
-                requests.close_stream(stream);
-            });
+            tokio::spawn(forward_requests(hub, stream, out, req.into_inner()));
             let s: WireStream = Box::pin(responses.map(Ok));
             Ok(Response::new(s))
         })
+    }
+}
+
+/// Hands a stream's requests to the hub in order (the gRPC stream and the JSON gateway both use
+/// it). A client that stops reading stops being read: each request waits for room in the outbox.
+/// The end of the requests leaves the watchers running, as etcd does when a client closes its
+/// sending side; a broken request stream closes the watch stream.
+pub(super) async fn forward_requests<E>(
+    hub: Arc<Hub>,
+    stream: u64,
+    out: Arc<Outbox>,
+    mut requests: impl Stream<Item = Result<WatchRequest, E>> + Unpin,
+) {
+    while let Some(r) = requests.next().await {
+        let Ok(r) = r else {
+            hub.close_stream(stream);
+            return;
+        };
+        out.room().await;
+        match r.request_union {
+            Some(RequestUnion::CreateRequest(c)) => hub.create(stream, &c),
+            Some(RequestUnion::CancelRequest(c)) => hub.cancel(stream, c.watch_id),
+            Some(RequestUnion::ProgressRequest(_)) => hub.progress_request(stream),
+            None => {}
+        }
     }
 }

@@ -1,0 +1,279 @@
+//! `/metrics` in Prometheus' text format, with etcd's metric names where keel has the same
+//! quantity: server and Raft state, backend size, keys, watchers, gRPC request counters, and the
+//! process' resident memory and CPU time. Served on every client URL and on
+//! `--listen-metrics-urls` (with `/health`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::Router;
+use parking_lot::Mutex;
+
+use crate::node::Member;
+
+/// gRPC request counters: started and handled (by status code) per method.
+#[derive(Default)]
+pub struct GrpcCounters {
+    calls: Mutex<BTreeMap<(&'static str, String, String), MethodCounts>>,
+}
+
+#[derive(Default)]
+struct MethodCounts {
+    started: u64,
+    handled: BTreeMap<&'static str, u64>,
+}
+
+/// etcd's streaming RPCs (the rest are unary), as grpc-prometheus labels them.
+fn grpc_type(service: &str, method: &str) -> &'static str {
+    match (service, method) {
+        ("etcdserverpb.Watch", "Watch") | ("etcdserverpb.Lease", "LeaseKeepAlive") => "bidi_stream",
+        ("etcdserverpb.Maintenance", "Snapshot") => "server_stream",
+        _ => "unary",
+    }
+}
+
+/// grpc-go's name for a status code, as the `grpc_code` label.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
+impl GrpcCounters {
+    /// Counts a call to `path` (`/package.Service/Method`) as started; returns its key.
+    fn start(&self, path: &str) -> Option<(&'static str, String, String)> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        let key = (grpc_type(service, method), service.to_string(), method.to_string());
+        self.calls.lock().entry(key.clone()).or_default().started += 1;
+        Some(key)
+    }
+
+    fn handled(&self, key: (&'static str, String, String), code: tonic::Code) {
+        *self.calls.lock().entry(key).or_default().handled.entry(code_name(code)).or_default() += 1;
+    }
+}
+
+/// Counts every gRPC call: started when it arrives, handled with the status of its answer (a
+/// stream counts as handled once its response starts; its final status is in trailers).
+pub async fn count_grpc(
+    State(member): State<Arc<Member>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let key = member.grpc.start(req.uri().path());
+    let resp = next.run(req).await;
+    if let Some(key) = key {
+        let code = resp
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i32>().ok())
+            .map(tonic::Code::from_i32)
+            .unwrap_or(tonic::Code::Ok);
+        member.grpc.handled(key, code);
+    }
+    resp
+}
+
+/// `/metrics` (and `/health`, when `with_health`) for `member`.
+pub fn router(member: Arc<Member>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(member)
+}
+
+async fn metrics(State(m): State<Arc<Member>>) -> ([(http::header::HeaderName, &'static str); 1], String) {
+    let content_type = [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")];
+    (content_type, render(&m))
+}
+
+/// One metric family: HELP, TYPE and its samples.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, f64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+fn single(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
+    family(out, name, kind, help, &[(String::new(), value)]);
+}
+
+/// Everything `/metrics` reports, rendered.
+pub fn render(m: &Member) -> String {
+    let mut out = String::new();
+    let raft = m.raft.metrics().borrow().clone();
+    let leader = raft.current_leader;
+    single(
+        &mut out,
+        "etcd_server_has_leader",
+        "gauge",
+        "Whether or not a leader exists. 1 is existence, 0 is not.",
+        leader.is_some() as u8 as f64,
+    );
+    single(
+        &mut out,
+        "etcd_server_is_leader",
+        "gauge",
+        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+        (leader == Some(m.id)) as u8 as f64,
+    );
+    single(
+        &mut out,
+        "etcd_server_is_learner",
+        "gauge",
+        "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+        m.is_learner() as u8 as f64,
+    );
+    single(
+        &mut out,
+        "etcd_server_leader_changes_seen_total",
+        "counter",
+        "The number of leader changes seen.",
+        m.leader_changes() as f64,
+    );
+    let applied = raft.last_applied.map(|l| l.index).unwrap_or(0) as f64;
+    single(
+        &mut out,
+        "etcd_server_proposals_committed_total",
+        "gauge",
+        "The total number of consensus proposals committed.",
+        applied,
+    );
+    single(
+        &mut out,
+        "etcd_server_proposals_applied_total",
+        "gauge",
+        "The total number of consensus proposals applied.",
+        applied,
+    );
+    single(
+        &mut out,
+        "etcd_server_quota_backend_bytes",
+        "gauge",
+        "Current backend storage quota size in bytes.",
+        m.quota().map(|q| q as f64).unwrap_or(-1.0),
+    );
+    let (size, in_use) = m.backend_sizes();
+    single(
+        &mut out,
+        "etcd_mvcc_db_total_size_in_bytes",
+        "gauge",
+        "Total size of the underlying database physically allocated in bytes.",
+        size as f64,
+    );
+    single(
+        &mut out,
+        "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "gauge",
+        "Total size of the underlying database logically in use in bytes.",
+        in_use as f64,
+    );
+    let (keys, rev, compact) = {
+        use crate::mvcc::View;
+        let v = m.mvcc.read();
+        (v.index().len(), v.rev(), v.compact_rev())
+    };
+    single(&mut out, "etcd_debugging_mvcc_keys_total", "gauge", "Total number of keys.", keys as f64);
+    single(&mut out, "etcd_debugging_mvcc_current_revision", "gauge", "The current revision of store.", rev as f64);
+    single(
+        &mut out,
+        "etcd_debugging_mvcc_compact_revision",
+        "gauge",
+        "The revision of the last compaction in store.",
+        compact.max(0) as f64,
+    );
+    let (watchers, streams) = m.hub.counts();
+    single(&mut out, "etcd_debugging_mvcc_watcher_total", "gauge", "Total number of watchers.", watchers as f64);
+    single(
+        &mut out,
+        "etcd_debugging_mvcc_watch_stream_total",
+        "gauge",
+        "Total number of watch streams.",
+        streams as f64,
+    );
+
+    let (mut started, mut handled) = (Vec::new(), Vec::new());
+    for ((kind, service, method), counts) in m.grpc.calls.lock().iter() {
+        let labels = format!("grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"");
+        started.push((format!("{{{labels}}}"), counts.started as f64));
+        for (code, n) in &counts.handled {
+            handled.push((format!("{{grpc_code=\"{code}\",{labels}}}"), *n as f64));
+        }
+    }
+    family(&mut out, "grpc_server_started_total", "counter", "Total number of RPCs started on the server.", &started);
+    family(
+        &mut out,
+        "grpc_server_handled_total",
+        "counter",
+        "Total number of RPCs completed on the server, regardless of success or failure.",
+        &handled,
+    );
+
+    if let Some((rss, cpu)) = process_stats() {
+        single(&mut out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", rss);
+        single(
+            &mut out,
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            cpu,
+        );
+    }
+    out
+}
+
+/// Resident memory (bytes) and CPU time (seconds) of this process, from `/proc/self/stat`.
+fn process_stats() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15, rss 24.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok());
+    // SAFETY: sysconf only reads system configuration.
+    let (ticks, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    Some((num(24)? * page as f64, (num(14)? + num(15)?) / ticks as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_methods_are_labelled_as_grpc_prometheus_does() {
+        assert_eq!(grpc_type("etcdserverpb.Watch", "Watch"), "bidi_stream");
+        assert_eq!(grpc_type("etcdserverpb.Maintenance", "Snapshot"), "server_stream");
+        assert_eq!(grpc_type("etcdserverpb.KV", "Range"), "unary");
+        let c = GrpcCounters::default();
+        let key = c.start("/etcdserverpb.KV/Put").unwrap();
+        c.handled(key, tonic::Code::ResourceExhausted);
+        assert!(c.start("not-a-grpc-path").is_none());
+        let calls = c.calls.lock();
+        let counts = &calls[&("unary", "etcdserverpb.KV".to_string(), "Put".to_string())];
+        assert_eq!((counts.started, counts.handled["ResourceExhausted"]), (1, 1));
+    }
+
+    #[test]
+    fn process_stats_are_read() {
+        let (rss, cpu) = process_stats().expect("/proc/self/stat");
+        assert!(rss > 0.0 && cpu >= 0.0);
+    }
+}

@@ -431,7 +431,10 @@ impl Member {
                 self.dialer.forget(leader_url);
                 Err(match status.code() {
                     tonic::Code::DeadlineExceeded => Error::Timeout,
-                    _ => Error::NoLeader,
+                    _ if never_sent(&status) => Error::NoLeader,
+                    // The request may have reached the leader: its outcome is unknown, so a write
+                    // must not be sent again (it could apply twice).
+                    _ => Error::TimeoutDueToConnectionLost,
                 })
             }
         }
@@ -450,7 +453,7 @@ impl Member {
         let stale = |r: &Result<ForwardReply>| {
             matches!(
                 r,
-                Err(Error::NoLeader)
+                Err(Error::NoLeader | Error::TimeoutDueToConnectionLost)
                     | Ok(ForwardReply::KeepAlive(Err(Error::NotLeader | Error::NoLeader)))
                     | Ok(ForwardReply::Remaining(Err(Error::NotLeader | Error::NoLeader)))
             )
@@ -748,7 +751,8 @@ impl Member {
                 Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => match f.leader_node {
                     Some(node) => {
                         let index = match self.forward(&node.addr, Forwarded::ReadIndex).await {
-                            Err(Error::NoLeader) => {
+                            // Asking again is harmless: a read index changes nothing.
+                            Err(Error::NoLeader | Error::TimeoutDueToConnectionLost) => {
                                 tokio::time::sleep(NO_LEADER_RETRY).await;
                                 continue;
                             }
@@ -820,6 +824,20 @@ impl Member {
     }
 }
 
+/// Whether a failed peer call never reached the peer (no connection could be made), so sending
+/// it again cannot apply it twice.
+fn never_sent(status: &tonic::Status) -> bool {
+    let connect = |text: &str| text.contains("connect error") || text.contains("Connection refused");
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(status);
+    while let Some(e) = source {
+        if connect(&e.to_string()) {
+            return true;
+        }
+        source = e.source();
+    }
+    connect(status.message())
+}
+
 /// etcd's answer for a membership change openraft refused.
 fn change_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> Error {
     match e {
@@ -850,6 +868,15 @@ async fn publish(member: Weak<Member>, attributes: Attributes) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_counts_as_never_sent() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut client = Dialer::default().client(&format!("http://127.0.0.1:{port}")).unwrap();
+        let status = client.forward(encode(&Forwarded::ReadIndex)).await.expect_err("nobody listens");
+        assert!(never_sent(&status), "{status:?}");
+        assert!(!never_sent(&tonic::Status::unavailable("connection reset by peer")));
+    }
 
     #[test]
     fn ids_match_etcds_defaults() {

@@ -311,6 +311,14 @@ async fn a_learner_joins_through_a_snapshot_is_promoted_and_the_leader_is_remove
     let (rev, _) = converged(&all).await;
     assert_hashes_agree(&all, rev).await;
 
+    // The new member restarts from its snapshot plus log and ends identical.
+    fourth.restart().await;
+    let all: Vec<&Server> = members.iter().chain([&fourth]).collect();
+    let mut kv = fourth.kv().await;
+    assert!(put_retrying(&mut kv, "after/restart".into()).await, "write through the restarted member");
+    let (rev, _) = converged(&all).await;
+    assert_hashes_agree(&all, rev).await;
+
     // Remove the leader through another member: it stops, the rest elect a leader and write.
     members.push(fourth);
     let leader = leader_index(&members).await;

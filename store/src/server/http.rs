@@ -13,11 +13,20 @@ pub fn router(member: Arc<Member>) -> Router {
     Router::new().route("/health", get(health)).route("/version", get(version)).with_state(member)
 }
 
-/// Healthy when this member knows a leader and a linearizable read barrier passes, as etcd's
-/// `/health` checks with a quorum read. The body is etcd 3.4's (`{"health":"true"}`); the reason
-/// for an unhealthy answer goes to the log.
+/// Healthy as etcd 3.4 judges it: no alarm is raised, this member knows a leader, and a
+/// linearizable read barrier passes (etcd does a quorum read). Without a leader or with an alarm
+/// the answer is immediate. The body is etcd 3.4's (`{"health":"true"}`); the reason for an
+/// unhealthy answer goes to the log.
 async fn health(State(m): State<Arc<Member>>) -> (http::StatusCode, Json<Value>) {
-    match m.linearize().await {
+    let alarms = !m.mvcc.read().registry().alarms.is_empty();
+    let verdict = if alarms {
+        Err("an alarm is raised".to_string())
+    } else if m.raft.metrics().borrow().current_leader.is_none() {
+        Err("no leader".to_string())
+    } else {
+        m.linearize().await.map_err(|e| e.to_string())
+    };
+    match verdict {
         Ok(()) => (http::StatusCode::OK, Json(json!({"health": "true"}))),
         Err(e) => {
             tracing::warn!("/health: unhealthy: {e}");

@@ -6,7 +6,7 @@
 //! - membership with etcdctl: a fourth member added as a learner after thousands of writes with
 //!   the log purged catches up through a snapshot, is promoted, and the leader is removed;
 //! - etcdctl's cluster commands: endpoint status/health/hashkv --cluster, member list, snapshot
-//!   save, defrag, alarm list, move-leader, check perf.
+//!   save, defrag, alarm list, move-leader (`check perf` has its own file, `check_perf.rs`).
 //!
 //! Runs against [`Kind::under_test`] (`KEEL_DIFF_AGAINST=etcd` runs it against etcd).
 //! Run: `cargo test --workspace --test cluster -- --nocapture`.
@@ -399,12 +399,4 @@ async fn etcdctl_cluster_commands() {
     assert_eq!(now.leader, target_id, "the transferee leads");
     let mut kv = members[leader].kv().await;
     assert!(put_retrying(&mut kv, "after/move".into()).await);
-
-    // check perf runs its minute of load and reports; whether it says PASS depends on this
-    // machine's speed, which tests do not judge (README, cluster section).
-    let (code, out, err) = etcdctl(any, &["check", "perf", "--load=s"], Duration::from_secs(180)).await;
-    assert!(code.is_some(), "check perf did not finish: {out}{err}");
-    for check in ["Throughput", "Slowest request", "Stddev"] {
-        assert!(out.contains(check), "check perf reports {check}: {out}{err}");
-    }
 }

@@ -584,8 +584,10 @@ impl Member {
                 if !learner && voters.iter().filter(|v| started(v)).count() < quorum(voters.len() + 1) {
                     return Err(Error::NotEnoughStarted);
                 }
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                let id = member_id(&peer_urls, &format!("{}{}", self.token, now.as_secs()));
+                // etcd mixes the wall clock in; the leader's log position is as unique within the
+                // cluster and keeps a simulated run replayable.
+                let position = metrics.last_log_index.unwrap_or(0);
+                let id = member_id(&peer_urls, &format!("{}{position}", self.token));
                 if exists(id) {
                     return Err(Error::MemberExist);
                 }

@@ -68,10 +68,10 @@ impl Lessor {
         // etcd: (3 * election ticks / 2) heartbeats, rounded up to whole seconds.
         let ticks = election_timeout_ms / heartbeat_ms.max(1);
         let min_ttl = ((3 * ticks / 2) * heartbeat_ms).div_ceil(1000) as i64;
-        // Ids as etcd makes them: the member's low 16 bits, then a counter seeded from the clock,
-        // so ids differ between members and across restarts.
-        let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
-        let suffix = ((ms as u64) & ((1 << 40) - 1)) << 8;
+        // Ids as etcd makes them: the member's low 16 bits, then a counter starting at a random
+        // point (etcd takes the clock), so ids differ between members and across restarts. The
+        // randomness is the seedable one, so a simulated history replays.
+        let suffix = (crate::raft::runtime::random_u64() & ((1 << 40) - 1)) << 8;
         Self { member_id, min_ttl, next_id: AtomicU64::new(suffix), deadlines: Mutex::new(Deadlines::default()) }
     }
 

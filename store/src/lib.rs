@@ -14,6 +14,7 @@ pub mod lessor;
 pub mod membership;
 pub mod mvcc;
 pub mod node;
+pub mod plant;
 pub mod raft;
 pub mod server;
 pub mod snapshot;

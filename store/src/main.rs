@@ -7,6 +7,7 @@ use std::sync::Arc;
 use keel_store::config::{Config, Invocation};
 use keel_store::engine::RocksEngine;
 use keel_store::node::{Member, ETCD_API_VERSION};
+use keel_store::server;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -112,9 +113,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         let (shutdown, m) = (stopped(stop_rx.clone()), member.clone());
         tracing::info!(%addr, "serving {kind:?} traffic");
         servers.push(match kind {
-            Listener::Client => tokio::spawn(keel_store::server::serve(m, listener, shutdown)),
-            Listener::Peer => tokio::spawn(keel_store::server::serve_peers(m, listener, shutdown)),
-            Listener::Metrics => tokio::spawn(keel_store::server::serve_metrics(m, listener, shutdown)),
+            Listener::Client => tokio::spawn(server::serve(m, listener, shutdown)),
+            Listener::Peer => tokio::spawn(server::serve_with(listener, server::peer_router(m), shutdown)),
+            Listener::Metrics => tokio::spawn(server::serve_with(listener, server::metrics_router(m), shutdown)),
         });
     }
     tracing::info!(name = %cfg.name, id = %format!("{:x}", member.id), cluster = %format!("{:x}", member.cluster_id), "keel member started");

@@ -208,8 +208,14 @@ pub fn cluster_id(member_ids: &[u64]) -> u64 {
 }
 
 impl Member {
-    /// Starts a member on `engine` per `cfg`; bootstraps a new single-member cluster on first start.
+    /// Starts a member on `engine` per `cfg`, reaching its peers over TCP; bootstraps a new
+    /// cluster on first start.
     pub async fn start(cfg: &Config, engine: Arc<dyn Engine>) -> anyhow::Result<Arc<Member>> {
+        Self::start_with(cfg, engine, Dialer::default()).await
+    }
+
+    /// Like [`Member::start`], reaching peers through `dialer` (the simulation's network).
+    pub async fn start_with(cfg: &Config, engine: Arc<dyn Engine>, dialer: Dialer) -> anyhow::Result<Arc<Member>> {
         let mut by_name: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (n, u) in &cfg.initial_cluster {
             by_name.entry(n.as_str()).or_default().push(u.clone());
@@ -218,8 +224,7 @@ impl Member {
         if !by_name.contains_key(cfg.name.as_str()) {
             anyhow::bail!("couldn't find local name {:?} in the initial cluster configuration", cfg.name);
         }
-        let peers = Peers::default();
-        let dialer = peers.dialer.clone();
+        let peers = Peers { dialer: dialer.clone(), hold: Default::default() };
         let hold = peers.hold.clone();
         // A data directory keeps the ids it was created with; the initial-* flags only count once.
         let known = read_identity(&*engine)?;
@@ -360,7 +365,28 @@ impl Member {
             }
             return Err(Error::NoSpace);
         }
+        if crate::plant::on("ack-before-commit") {
+            return Ok(self.ack_early(cmd));
+        }
         self.propose(cmd).await
+    }
+
+    /// The planted `ack-before-commit` bug: proposes in the background and answers at once with
+    /// a success that may never commit.
+    fn ack_early(&self, cmd: Command) -> Reply {
+        let reply = match &cmd {
+            Command::Put(_) => Reply::Put(Proto(Default::default())),
+            Command::Txn(_) => {
+                Reply::Txn(Proto(keel_proto::etcdserverpb::TxnResponse { succeeded: true, ..Default::default() }))
+            }
+            Command::DeleteRange(_) => Reply::DeleteRange(Proto(Default::default())),
+            _ => Reply::None,
+        };
+        let raft = self.raft.clone();
+        tokio::spawn(async move {
+            let _ = raft.client_write(cmd).await;
+        });
+        reply
     }
 
     /// Whether the backend plus `cost` more bytes exceeds the space quota.
@@ -739,6 +765,9 @@ impl Member {
     pub async fn linearize(&self) -> Result<()> {
         if self.is_learner() {
             return Err(Error::NotSupportedForLearner);
+        }
+        if crate::plant::on("stale-read") {
+            return Ok(());
         }
         match tokio::time::timeout(self.request_timeout, self.read_barrier()).await {
             Err(_) => Err(self.timed_out()),

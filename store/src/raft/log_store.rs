@@ -124,7 +124,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = bincode::serialize(&e).map_err(|e| io_err(e, ErrorSubject::Logs, ErrorVerb::Write))?;
             b.put(keys::log_key(e.log_id.index), bytes);
         }
-        let res = self.engine.write(b, true);
+        let res = self.engine.write(b, !crate::plant::on("lost-on-crash"));
         match res {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));

@@ -11,6 +11,7 @@
 #[allow(clippy::result_large_err)]
 pub mod log_store;
 pub mod network;
+pub mod runtime;
 #[allow(clippy::result_large_err)]
 pub mod state_machine;
 
@@ -36,7 +37,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = runtime::KeelRuntime,
 );
 
 /// keel's Raft handle.

@@ -7,6 +7,9 @@
 //! `Unreachable`, so openraft backs off instead of treating it as a protocol error.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +26,7 @@ use openraft::BasicNode;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Channel, Endpoint};
 
 use super::TypeConfig;
@@ -30,13 +34,29 @@ use super::TypeConfig;
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// A byte stream to a peer, whatever carries it.
+pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
+
+/// Opens a connection to a peer URL: the network seam. The binary dials TCP (the default); the
+/// simulation passes turmoil's connector, so the same member code runs on simulated links.
+pub type Connector =
+    Arc<dyn Fn(http::Uri) -> Pin<Box<dyn Future<Output = io::Result<Box<dyn PeerIo>>> + Send>> + Send + Sync>;
+
 /// gRPC channels to peers by peer URL, shared by the Raft network and request forwarding.
 #[derive(Clone, Default)]
 pub struct Dialer {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// `None`: plain TCP.
+    connector: Option<Connector>,
 }
 
 impl Dialer {
+    /// A dialer that opens connections with `connector` instead of TCP.
+    pub fn with_connector(connector: Connector) -> Self {
+        Dialer { channels: Default::default(), connector: Some(connector) }
+    }
+
     /// A client for the peer at `url` (the first of a member's comma-separated peer URLs).
     pub fn client(&self, url: &str) -> Result<RaftClient<Channel>, String> {
         let url = url.split(',').next().unwrap_or_default().to_string();
@@ -45,7 +65,11 @@ impl Dialer {
             return Ok(RaftClient::new(c.clone()));
         }
         let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| format!("bad peer URL {url:?}: {e}"))?;
-        let channel = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
+        let endpoint = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true);
+        let channel = match &self.connector {
+            None => endpoint.connect_lazy(),
+            Some(connect) => channel_via(endpoint, connect),
+        };
         channels.insert(url, channel.clone());
         Ok(RaftClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
     }
@@ -54,6 +78,15 @@ impl Dialer {
     pub fn forget(&self, url: &str) {
         self.channels.lock().remove(url.split(',').next().unwrap_or_default());
     }
+}
+
+/// A lazy channel to `endpoint` whose connections `connect` opens.
+pub fn channel_via(endpoint: Endpoint, connect: &Connector) -> Channel {
+    let connect = connect.clone();
+    endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: http::Uri| {
+        let opening = connect(uri);
+        async move { opening.await.map(hyper_util::rt::TokioIo::new) }
+    }))
 }
 
 /// Encodes a value for the peer service.

@@ -234,7 +234,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             batch.put_meta(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
         }
         batch.put_meta(keys::sm_meta(MEMBERSHIP), bincode::serialize(&membership).expect("membership serializes"));
-        let revisions = batch.commit(true).map_err(sm_err)?;
+        let revisions = batch.commit(!crate::plant::on("lost-on-crash")).map_err(sm_err)?;
         applied.last = last;
         applied.membership = membership;
         drop(applied);

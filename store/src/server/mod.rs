@@ -15,7 +15,7 @@ mod maintenance;
 pub mod metrics;
 mod peer;
 pub mod validate;
-pub use peer::serve_peers;
+pub use peer::peer_router;
 mod watch;
 
 use std::future::Future;
@@ -94,12 +94,30 @@ async fn learner_gate(
 /// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
-/// Serves the client API on `listener` until `shutdown` resolves, then drains in-flight requests.
+/// Serves `router` on `listener` (TCP, or the simulation's: the network seam) until `shutdown`
+/// resolves, then drains in-flight requests.
+pub async fn serve_with<L: axum::serve::Listener>(
+    listener: L,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L::Addr: std::fmt::Debug,
+{
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+/// The client API on a TCP listener whose connections pass through the `:authority` pump.
 pub async fn serve(
     member: Arc<Member>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(authority::FixingListener::new(listener), client_router(member), shutdown).await
+}
+
+/// Every client-facing service, gRPC and HTTP, as one router.
+pub fn client_router(member: Arc<Member>) -> axum::Router {
     let max_recv = member.limits.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let kv = KvServer::new(kv::KvService::new(member.clone()))
         .max_decoding_message_size(max_recv)
@@ -114,7 +132,7 @@ pub async fn serve(
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(usize::MAX);
     let watch = watch::WatchServer::new(member.clone(), max_recv);
-    let router = tonic::service::Routes::new(kv)
+    tonic::service::Routes::new(kv)
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(lease)
@@ -124,16 +142,10 @@ pub async fn serve(
         .layer(axum::middleware::from_fn_with_state(member.clone(), metrics::count_grpc))
         .merge(http::router(member.clone()))
         .merge(metrics::router(member.clone()))
-        .merge(gateway::router(member));
-    axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
+        .merge(gateway::router(member))
 }
 
-/// Serves `/metrics`, `/health` and `/version` on a `--listen-metrics-urls` listener.
-pub async fn serve_metrics(
-    member: Arc<Member>,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let router = metrics::router(member.clone()).merge(http::router(member));
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+/// `/metrics`, `/health` and `/version`: what a `--listen-metrics-urls` listener serves.
+pub fn metrics_router(member: Arc<Member>) -> axum::Router {
+    metrics::router(member.clone()).merge(http::router(member))
 }

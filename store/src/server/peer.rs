@@ -1,12 +1,10 @@
 //! The peer service `keelraft.Raft` on the peer URLs: openraft's RPCs from other members, and
 //! requests followers forward to the leader. Payloads are bincode (`raft::network`).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use keel_proto::keelraft::raft_server::{Raft as RaftRpc, RaftServer};
 use keel_proto::keelraft::RaftPayload;
-use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
 use crate::node::{Forwarded, Member};
@@ -43,15 +41,10 @@ impl RaftRpc for PeerService {
     }
 }
 
-/// Serves the peer service on `listener` until `shutdown` resolves.
-pub async fn serve_peers(
-    member: Arc<Member>,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+/// The peer service, for a `--listen-peer-urls` listener.
+pub fn peer_router(member: Arc<Member>) -> axum::Router {
     let svc = RaftServer::new(PeerService { member })
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
-    let router = tonic::service::Routes::new(svc).into_axum_router();
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    tonic::service::Routes::new(svc).into_axum_router()
 }

@@ -556,7 +556,9 @@ impl Hub {
         }
         let mut g = self.inner.lock();
         for r in revisions {
-            self.publish_one(&mut g, r);
+            if !(crate::plant::on("drop-watch-event") && r.rev % 10 == 0) {
+                self.publish_one(&mut g, r);
+            }
             g.published = r.rev;
         }
     }

@@ -7,9 +7,12 @@
 //!   engine whose unsynced writes a crash loses), clients running a register workload through the
 //!   etcd API, and faults chosen from the seed (partitions, crashes and restarts).
 //! - [`check`]: the linearizability checker the histories go through.
+//! - [`watch`]: watchers that resume across faults, and the check of what they got against the
+//!   members' converged history.
 //!
 //! Everything random comes from the seed, and time is turmoil's, so a seed replays its history.
 
 pub mod check;
 pub mod net;
 pub mod sim;
+pub mod watch;

@@ -32,6 +32,7 @@ use tonic::transport::Channel;
 
 use crate::check::{shortest_failing_prefix, Answer, Call, Op};
 use crate::net::{self, SimListener};
+use crate::watch;
 
 const CLIENT_PORT: u16 = 2379;
 const PEER_PORT: u16 = 2380;
@@ -70,6 +71,8 @@ pub struct Report {
 
 /// How long a client waits for an answer before counting the outcome unknown.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long after the clients stop the members have to agree on their history.
+const CONVERGE_WITHIN: Duration = Duration::from_secs(30);
 /// Fault-free time at the end of a history, so the cluster heals before the clients stop.
 const HEAL_BEFORE_END: Duration = Duration::from_secs(5);
 
@@ -113,6 +116,52 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         let duration = opts.duration;
         sim.client(format!("client{c}").as_str(), async move {
             client.run(duration).await;
+            Ok(())
+        });
+    }
+
+    // A watcher, resuming across faults, and after the faults a verifier that waits until the
+    // members agree on their history and checks what the watcher got against it.
+    let segments: Rc<RefCell<Vec<watch::Segment>>> = Rc::default();
+    let verdict: Rc<RefCell<Vec<String>>> = Rc::default();
+    let urls: Vec<String> = names.iter().map(|n| format!("http://{n}:{CLIENT_PORT}")).collect();
+    {
+        let (urls, segments, duration) = (urls.clone(), segments.clone(), opts.duration);
+        let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(131).wrapping_add(7));
+        sim.client("watcher", async move {
+            let got = watch::watch_until(&urls, duration, || rng.random_range(0..urls.len())).await;
+            segments.borrow_mut().extend(got);
+            Ok(())
+        });
+    }
+    {
+        let (segments, verdict, duration) = (segments.clone(), verdict.clone(), opts.duration);
+        sim.client("verifier", async move {
+            tokio::time::sleep(duration + Duration::from_secs(1)).await;
+            let deadline = duration + CONVERGE_WITHIN;
+            let truth = loop {
+                let mut all = Vec::new();
+                for u in &urls {
+                    all.push(watch::history(u, deadline).await);
+                }
+                if all.iter().all(Option::is_some) && all.windows(2).all(|w| w[0] == w[1]) {
+                    break all.pop().flatten();
+                }
+                if turmoil::elapsed() >= deadline {
+                    let revs: Vec<Option<i64>> =
+                        all.iter().map(|h| h.as_ref().and_then(|e| e.last().map(|e| e.0))).collect();
+                    verdict.borrow_mut().push(format!("members did not converge: last revisions {revs:?}"));
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            };
+            if let Some(truth) = truth {
+                // Wait for the watcher to hand over what it saw.
+                while segments.borrow().is_empty() && turmoil::elapsed() < deadline {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                verdict.borrow_mut().extend(watch::check(&segments.borrow(), &truth));
+            }
             Ok(())
         });
     }
@@ -194,6 +243,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     }
     report.sim_time = sim.elapsed();
 
+    report.violations.extend(verdict.borrow().iter().cloned());
     let history = history.borrow();
     report.ops = history.len();
     report.digest = history.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, (key, c)| {

@@ -33,8 +33,7 @@ fn seeded_histories_under_faults_are_linearizable() {
 
 #[test]
 fn every_planted_bug_is_caught() {
-    // drop-watch-event needs the watch workload, which is not written yet (README, chaos).
-    for plant in ["ack-before-commit", "stale-read", "lost-on-crash"] {
+    for plant in keel_store::plant::NAMES {
         let caught = (0..10).find(|&seed| {
             let report = run(&options(seed, Some(plant))).unwrap_or_else(|e| panic!("{plant} seed {seed}: {e}"));
             !report.violations.is_empty()

@@ -161,8 +161,10 @@ impl Peer {
         let payload = match reply {
             Ok(r) => r.into_inner(),
             Err(status) => {
+                // Application errors travel inside the payload, so this is the transport: the
+                // connection may be broken (a partition can leave it hung), so make a new one.
+                self.dialer.forget(&self.url);
                 if status.code() == tonic::Code::Unavailable {
-                    self.dialer.forget(&self.url);
                     return Err(unreachable(status.message()));
                 }
                 return Err(RPCError::Network(NetworkError::new(&std::io::Error::other(status.to_string()))));

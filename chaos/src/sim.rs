@@ -49,11 +49,46 @@ pub struct Options {
     pub faults: bool,
     /// A bug to plant in the store (`keel_store::plant::NAMES`).
     pub plant: Option<String>,
+    /// The faults the nemesis draws from (a fault that does not apply, such as cutting a link of
+    /// a single member, is skipped).
+    pub nemesis: Vec<Fault>,
 }
+
+/// A fault the nemesis can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Cut a member off from every other member.
+    Isolate,
+    /// Hold every message to and from a member until the heal (a paused process).
+    Pause,
+    /// Cut one link, both ways.
+    Cut,
+    /// Cut one link one way.
+    CutOneWay,
+    /// Crash a member (unsynced writes lost) and restart it a little later.
+    Crash,
+    /// Crash every member at once (a power loss), restart them shortly after.
+    CrashAll,
+    /// Repair every link, release held messages.
+    Heal,
+}
+
+/// Every fault, the default nemesis.
+pub const ALL_FAULTS: [Fault; 7] =
+    [Fault::Isolate, Fault::Pause, Fault::Cut, Fault::CutOneWay, Fault::Crash, Fault::CrashAll, Fault::Heal];
 
 impl Options {
     pub fn new(seed: u64) -> Self {
-        Options { seed, members: 3, clients: 3, keys: 3, duration: Duration::from_secs(20), faults: true, plant: None }
+        Options {
+            seed,
+            members: 3,
+            clients: 3,
+            keys: 3,
+            duration: Duration::from_secs(20),
+            faults: true,
+            plant: None,
+            nemesis: ALL_FAULTS.to_vec(),
+        }
     }
 }
 
@@ -129,7 +164,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         let (urls, segments, duration) = (urls.clone(), segments.clone(), opts.duration);
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(131).wrapping_add(7));
         sim.client("watcher", async move {
-            let got = watch::watch_until(&urls, duration, || rng.random_range(0..urls.len())).await;
+            let got = watch::watch_until(&urls, duration, &mut rng).await;
             segments.borrow_mut().extend(got);
             Ok(())
         });
@@ -203,25 +238,43 @@ pub fn run(opts: &Options) -> Result<Report, String> {
             continue;
         }
         let victim = nemesis.random_range(0..names.len());
-        match nemesis.random_range(0..6) {
-            0 => {
-                for (j, other) in names.iter().enumerate() {
-                    if j != victim {
-                        sim.partition(names[victim].as_str(), other.as_str());
-                    }
+        let others: Vec<&String> = names.iter().enumerate().filter(|(j, _)| *j != victim).map(|(_, n)| n).collect();
+        let fault = opts.nemesis[nemesis.random_range(0..opts.nemesis.len())];
+        let v = names[victim].as_str();
+        match fault {
+            Fault::Isolate if !others.is_empty() => {
+                for other in &others {
+                    sim.partition(v, other.as_str());
                 }
-                report.faults.push(format!("{now:?} isolate {}", names[victim]));
+                report.faults.push(format!("{now:?} isolate {v}"));
+            }
+            Fault::Pause if !others.is_empty() => {
+                // Messages to and from the member wait (a paused process), delivered on heal.
+                for other in &others {
+                    sim.hold(v, other.as_str());
+                }
+                report.faults.push(format!("{now:?} pause {v}"));
+            }
+            Fault::Cut if !others.is_empty() => {
+                let other = others[nemesis.random_range(0..others.len())];
+                sim.partition(v, other.as_str());
+                report.faults.push(format!("{now:?} cut {v}-{other}"));
+            }
+            Fault::CutOneWay if !others.is_empty() => {
+                let other = others[nemesis.random_range(0..others.len())];
+                sim.partition_oneway(v, other.as_str());
+                report.faults.push(format!("{now:?} cut {v}->{other}"));
             }
             // At most a minority down at once, so the cluster can make progress.
-            1 if crashed.iter().all(|(i, _)| *i != victim) && crashed.len() < (names.len() - 1) / 2 => {
-                sim.crash(names[victim].as_str());
+            Fault::Crash if crashed.iter().all(|(i, _)| *i != victim) && crashed.len() < (names.len() - 1) / 2 => {
+                sim.crash(v);
                 engines[victim].crash();
                 let down = Duration::from_millis(nemesis.random_range(500..4000));
                 crashed.push((victim, now + down));
-                report.faults.push(format!("{now:?} crash {} for {down:?}", names[victim]));
+                report.faults.push(format!("{now:?} crash {v} for {down:?}"));
             }
             // The whole cluster loses power (what was not synced is gone), back shortly.
-            4 if crashed.is_empty() => {
+            Fault::CrashAll if crashed.is_empty() => {
                 for (i, name) in names.iter().enumerate() {
                     sim.crash(name.as_str());
                     engines[i].crash();
@@ -229,15 +282,11 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                 }
                 report.faults.push(format!("{now:?} crash all"));
             }
-            2 => {
-                let other = (victim + 1 + nemesis.random_range(0..names.len() - 1)) % names.len();
-                sim.partition(names[victim].as_str(), names[other].as_str());
-                report.faults.push(format!("{now:?} cut {}-{}", names[victim], names[other]));
-            }
-            _ => {
+            Fault::Heal => {
                 heal(&sim, &names);
                 report.faults.push(format!("{now:?} heal"));
             }
+            _ => {}
         }
         next_fault = now + Duration::from_millis(nemesis.random_range(500..3000));
     }
@@ -267,12 +316,13 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     Ok(report)
 }
 
-/// Repairs every link between members.
+/// Repairs every link between members and releases held messages.
 fn heal(sim: &turmoil::Sim, names: &[String]) {
     for a in names {
         for b in names {
             if a < b {
                 sim.repair(a.as_str(), b.as_str());
+                sim.release(a.as_str(), b.as_str());
             }
         }
     }

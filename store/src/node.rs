@@ -353,7 +353,7 @@ impl Member {
         if self.is_learner() {
             return Err(Error::NotSupportedForLearner);
         }
-        if needs_space(&cmd) && self.over_quota(bincode::serialized_size(&cmd).unwrap_or(0)) {
+        if needs_space(&cmd) && self.over_quota(&cmd) {
             // As etcd: raise NOSPACE for this member, refuse the write.
             let raise = AlarmRequest {
                 action: AlarmAction::Activate as i32,
@@ -389,9 +389,18 @@ impl Member {
         reply
     }
 
-    /// Whether the backend plus `cost` more bytes exceeds the space quota.
-    fn over_quota(&self, cost: u64) -> bool {
-        self.quota.is_some_and(|q| self.engine.backend_size() + cost > q)
+    /// Whether the backend plus `cmd` would exceed the space quota. The command's size is only
+    /// worked out when the backend is within the largest request of the quota.
+    fn over_quota(&self, cmd: &Command) -> bool {
+        let Some(quota) = self.quota else { return false };
+        let size = self.engine.backend_size();
+        let largest = self.limits.max_request_bytes + crate::server::GRPC_OVERHEAD_BYTES as u64;
+        size + largest > quota && size + bincode::serialized_size(cmd).unwrap_or(0) > quota
+    }
+
+    /// Whether this member is the leader as far as it knows.
+    fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
     }
 
     /// Proposes a command (forwarding it to the leader if need be), without the client-facing
@@ -487,7 +496,7 @@ impl Member {
         let deadline = tokio::time::Instant::now() + self.request_timeout;
         loop {
             let mut reply = self.serve_forwarded(f.clone()).await;
-            if stale(&reply) && self.raft.metrics().borrow().current_leader != Some(self.id) {
+            if stale(&reply) && !self.is_leader() {
                 if let Some(url) = self.leader_url() {
                     reply = self.forward(&url, f.clone()).await;
                 }
@@ -566,9 +575,7 @@ impl Member {
         let fut = async {
             loop {
                 match self.leader_url() {
-                    _ if self.raft.metrics().borrow().current_leader == Some(self.id) => {
-                        return self.change_here(change.clone()).await
-                    }
+                    _ if self.is_leader() => return self.change_here(change.clone()).await,
                     Some(url) => match self.forward(&url, Forwarded::Change(change.clone())).await {
                         Err(Error::NoLeader) => tokio::time::sleep(NO_LEADER_RETRY).await,
                         Err(e) => return Err(e),

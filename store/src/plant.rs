@@ -7,9 +7,25 @@
 //! - `stale-read`: a linearizable read skips the read barrier (a serializable read in disguise).
 //! - `lost-on-crash`: the Raft log and the state machine are written without sync.
 //! - `drop-watch-event`: the watch hub drops every tenth event it publishes.
+//! - `compact-drops-tombstone`: compaction also drops a tombstone exactly at the compaction
+//!   revision (etcd before #18274: a watch from that revision misses the delete, etcd #18089).
+//! - `compact-forgets-revision`: the same, and a reopened store takes its revision from the
+//!   history alone, so it can go back (etcd #17780).
+//! - `restore-skips-tombstone`: a reopened store does not index a tombstone whose puts were
+//!   compacted away, so later compactions never drop it (etcd #19179, fixed by #19188).
+//! - `lease-expires-early`: a keep-alive renews a lease for half its TTL.
 
 /// The bugs that can be planted.
-pub const NAMES: [&str; 4] = ["ack-before-commit", "stale-read", "lost-on-crash", "drop-watch-event"];
+pub const NAMES: [&str; 8] = [
+    "ack-before-commit",
+    "stale-read",
+    "lost-on-crash",
+    "drop-watch-event",
+    "compact-drops-tombstone",
+    "compact-forgets-revision",
+    "restore-skips-tombstone",
+    "lease-expires-early",
+];
 
 #[cfg(feature = "plant")]
 mod active {

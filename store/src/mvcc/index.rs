@@ -89,27 +89,25 @@ impl KeyIndex {
         None
     }
 
-    /// Compacts history at main revision `at` as etcd does: keeps, per key, the newest revision
-    /// at or before `at` unless it is a tombstone, and everything after `at`. Pushes every
-    /// revision dropped (with its tombstone flag) to `dropped`. Returns true if nothing is left.
-    fn compact(&mut self, at: i64, dropped: &mut Vec<(Rev, bool)>) -> bool {
+    /// Compacts history at main revision `at` as etcd does (since etcd-io/etcd#18274): keeps, per
+    /// key, the newest revision at or before `at`, unless it is a tombstone below `at`, and
+    /// everything after `at`. A tombstone exactly at `at` stays, so a watch from `at` still sees
+    /// that delete. Pushes every revision dropped (with its tombstone flag) to `dropped`.
+    /// Returns true if nothing is left. Generations whose tombstone is below `tombstones_below`
+    /// go whole: `at`, except under a planted compaction bug.
+    fn compact(&mut self, at: i64, tombstones_below: i64, dropped: &mut Vec<(Rev, bool)>) -> bool {
         let last = self.gens.len() - 1;
         let mut gi = 0;
-        while gi < last && self.gens[gi].revs.last().unwrap().main <= at {
+        while gi < last && self.gens[gi].revs.last().unwrap().main < tombstones_below {
             gi += 1;
         }
-        for (i, g) in self.gens[..gi].iter().enumerate() {
+        for g in &self.gens[..gi] {
             let n = g.revs.len();
-            dropped.extend(g.revs.iter().enumerate().map(|(j, r)| (*r, i != last && j == n - 1)));
+            dropped.extend(g.revs.iter().enumerate().map(|(j, r)| (*r, j == n - 1)));
         }
         let g = &mut self.gens[gi];
         if let Some(idx) = g.revs.iter().rposition(|r| r.main <= at) {
             dropped.extend(g.revs.drain(..idx).map(|r| (r, false)));
-        }
-        if g.revs.len() == 1 && gi != last {
-            // Only the tombstone is left of this generation: drop it too.
-            dropped.push((g.revs[0], true));
-            gi += 1;
         }
         self.gens.drain(..gi);
         self.gens.len() == 1 && self.gens[0].revs.is_empty()
@@ -154,6 +152,15 @@ impl Index {
         g.revs.push(rev);
     }
 
+    /// Replays one stored tombstone while rebuilding the index at start-up. The key may have no
+    /// stored put left (compaction keeps a tombstone at the compaction revision), and must still
+    /// be indexed, so that the next compaction drops it (as etcd-io/etcd#19188).
+    pub fn restore_tombstone(&mut self, key: &[u8], rev: Rev) {
+        let ki = self.entry(key);
+        ki.open().revs.push(rev);
+        ki.gens.push(Generation::default());
+    }
+
     /// Records the delete of an existing key at `rev`.
     pub fn tombstone(&mut self, key: &[u8], rev: Rev) {
         if let Some(ki) = self.keys.get_mut(key) {
@@ -187,7 +194,10 @@ impl Index {
     /// Compacts every key at `at` (see [`KeyIndex::compact`]); returns the revisions dropped.
     pub fn compact(&mut self, at: i64) -> Vec<(Rev, bool)> {
         let mut dropped = Vec::new();
-        self.keys.retain(|_, ki| !ki.compact(at, &mut dropped));
+        // The planted bug (etcd before #18274) also drops a tombstone exactly at `at`.
+        let planted = crate::plant::on("compact-drops-tombstone") || crate::plant::on("compact-forgets-revision");
+        let tombstones_below = if planted { at + 1 } else { at };
+        self.keys.retain(|_, ki| !ki.compact(at, tombstones_below, &mut dropped));
         dropped
     }
 
@@ -224,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn compaction_keeps_newest_at_or_before_and_drops_tombstones() {
+    fn compaction_keeps_newest_at_or_before_and_drops_tombstones_below() {
         let mut ix = Index::default();
         ix.put(b"a", r(2));
         ix.put(b"a", r(3));
@@ -236,12 +246,29 @@ mod tests {
         assert_eq!(d, vec![(r(2), false)]);
         assert_eq!(ix.get(b"a", 3).unwrap().modified, r(3));
         assert_eq!(ix.get(b"a", 3).unwrap().version, 2);
-        // At 4: a's newest is its tombstone, so the whole key goes.
+        // At 4: a's newest is its tombstone, exactly at the compaction revision: it stays (a
+        // watch from 4 must see the delete), the put before it goes.
         let d = ix.compact(4);
-        assert_eq!(d, vec![(r(3), false), (r(4), true)]);
-        assert_eq!(ix.len(), 1);
+        assert_eq!(d, vec![(r(3), false)]);
+        assert_eq!(ix.len(), 2);
+        assert_eq!(ix.get(b"a", 4), None);
+        // At 6: the tombstone is below it now, so the whole key goes.
         let d = ix.compact(6);
-        assert_eq!(d, vec![(r(5), false)]);
+        assert_eq!(d, vec![(r(4), true), (r(5), false)]);
+        assert_eq!(ix.len(), 1);
         assert_eq!(ix.get(b"b", 6).unwrap(), Found { modified: r(6), created: 5, version: 2 });
+    }
+
+    #[test]
+    fn a_restored_lone_tombstone_is_dropped_by_the_next_compaction() {
+        let mut ix = Index::default();
+        ix.restore_tombstone(b"a", r(4));
+        ix.restore_put(b"b", r(5), 5, 1);
+        assert_eq!(ix.get(b"a", 4), None);
+        assert_eq!(ix.get(b"a", 3), None);
+        assert_eq!(ix.put(b"a", r(6)), (6, 1));
+        let d = ix.compact(6);
+        assert_eq!(d, vec![(r(4), true)]);
+        assert_eq!(ix.get(b"a", 6).unwrap(), Found { modified: r(6), created: 6, version: 1 });
     }
 }

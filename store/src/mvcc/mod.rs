@@ -90,7 +90,11 @@ impl Mvcc {
                 let (rev, tomb) = keys::decode_rev_key(k)?;
                 let kv = KeyValue::decode(v)?;
                 if tomb {
-                    index.tombstone(&kv.key, rev);
+                    if crate::plant::on("restore-skips-tombstone") {
+                        index.tombstone(&kv.key, rev);
+                    } else {
+                        index.restore_tombstone(&kv.key, rev);
+                    }
                     leases.set_key(&kv.key, 0);
                 } else {
                     index.restore_put(&kv.key, rev, kv.create_revision, kv.version);
@@ -127,7 +131,10 @@ impl Mvcc {
                 ))),
             }
         };
-        let rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
+        let mut rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
+        if crate::plant::on("compact-forgets-revision") {
+            rev = last_rev;
+        }
         let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
         let registry = Registry::load(&*engine)?;
         Ok(Self { engine, state: RwLock::new(State { index, leases, registry, rev, compact_rev }) })

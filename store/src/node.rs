@@ -63,7 +63,8 @@ pub enum Forwarded {
 /// The leader's answer to a [`Forwarded`] request.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ForwardReply {
-    Write(Result<Reply>),
+    /// The reply, and the index of the log entry that made it.
+    Write(Result<(Reply, u64)>),
     ReadIndex(Result<u64>),
     /// The granted TTL.
     KeepAlive(Result<i64>),
@@ -408,7 +409,7 @@ impl Member {
     pub async fn propose(&self, cmd: Command) -> Result<Reply> {
         match tokio::time::timeout(self.request_timeout, self.write_or_forward(cmd, true)).await {
             Err(_) => Err(self.timed_out()),
-            Ok(r) => r,
+            Ok(r) => r.map(|(reply, _)| reply),
         }
     }
 
@@ -429,10 +430,15 @@ impl Member {
         }
     }
 
-    async fn write_or_forward(&self, cmd: Command, may_forward: bool) -> Result<Reply> {
+    /// Writes `cmd` through Raft here (the leader) or, with `may_forward`, on the leader; returns
+    /// the reply and the index of its log entry. A forwarded write is answered only once this
+    /// member has applied it too, as etcd answers from its own apply: a client never sees a
+    /// member's revision go back, e.g. from a write's answer to a serializable read (or across a
+    /// crash of this member).
+    async fn write_or_forward(&self, cmd: Command, may_forward: bool) -> Result<(Reply, u64)> {
         loop {
             match self.raft.client_write(cmd.clone()).await {
-                Ok(resp) => return resp.data.0,
+                Ok(resp) => return resp.data.0.map(|reply| (reply, resp.log_id.index)),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
                     Some(node) if may_forward => match self.forward(&node.addr, Forwarded::Write(cmd.clone())).await {
                         // The leader is unreachable, or no longer leads (this member's view is
@@ -441,7 +447,15 @@ impl Member {
                             tokio::time::sleep(NO_LEADER_RETRY).await
                         }
                         Err(e) => return Err(e),
-                        Ok(ForwardReply::Write(r)) => return r,
+                        Ok(ForwardReply::Write(Ok((reply, index)))) => {
+                            self.raft
+                                .wait(None)
+                                .applied_index_at_least(Some(index), "forwarded write")
+                                .await
+                                .map_err(|_| Error::Stopped)?;
+                            return Ok((reply, index));
+                        }
+                        Ok(ForwardReply::Write(Err(e))) => return Err(e),
                         Ok(_) => return Err(unexpected_reply()),
                     },
                     Some(_) => return Err(Error::NotLeader),
@@ -509,6 +523,25 @@ impl Member {
         }
     }
 
+    /// Renews a lease here, once a quorum has confirmed that this member still leads (as etcd
+    /// does since etcd-io/etcd#15247): a leader cut off from the others would otherwise extend a
+    /// lease that the real leader lets expire, and the client would count on time it does not
+    /// have.
+    async fn renew_as_leader(self: &Arc<Self>, id: i64) -> Result<i64> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => {
+                let (ttl, stale_checkpoint) = self.lessor.renew(self, id)?;
+                if stale_checkpoint {
+                    Lessor::clear_checkpoint(self, id).await?;
+                }
+                Ok(ttl)
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => Err(Error::NotLeader),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Error::NoLeader),
+            Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+        }
+    }
+
     /// Renews a lease on the leader; returns its granted TTL.
     pub async fn renew_lease(self: &Arc<Self>, id: i64) -> Result<i64> {
         match self.ask_leader(Forwarded::KeepAlive(id)).await? {
@@ -528,7 +561,7 @@ impl Member {
     /// Serves a request forwarded by a follower (leader side; never forwards again).
     pub async fn serve_forwarded(self: &Arc<Self>, f: Forwarded) -> Result<ForwardReply> {
         Ok(match f {
-            Forwarded::KeepAlive(id) => ForwardReply::KeepAlive(self.lessor.renew(self, id)),
+            Forwarded::KeepAlive(id) => ForwardReply::KeepAlive(self.renew_as_leader(id).await),
             Forwarded::Remaining(id) => ForwardReply::Remaining({
                 let record = self.mvcc.read().leases().get(id).map(|l| l.record);
                 match record {

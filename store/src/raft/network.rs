@@ -33,6 +33,9 @@ use super::TypeConfig;
 
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often an HTTP/2 ping goes to each peer, and how long its answer may take.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A byte stream to a peer, whatever carries it.
 pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -65,7 +68,14 @@ impl Dialer {
             return Ok(RaftClient::new(c.clone()));
         }
         let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| format!("bad peer URL {url:?}: {e}"))?;
-        let endpoint = endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true);
+        // HTTP/2 pings find a connection a partition or a dead peer left hung within a couple of
+        // seconds, so forwarded requests do not wait out their whole deadline on it.
+        let endpoint = endpoint
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         let channel = match &self.connector {
             None => endpoint.connect_lazy(),
             Some(connect) => channel_via(endpoint, connect),

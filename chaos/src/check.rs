@@ -17,6 +17,8 @@ pub enum Op {
     Read,
     /// Writes a unique value.
     Write(u64),
+    /// Deletes the key.
+    Delete,
     /// Writes `new` if the register holds `expect` (`None`: absent).
     Cas {
         expect: Option<u64>,
@@ -29,6 +31,7 @@ pub enum Op {
 pub enum Answer {
     /// The value read (`None`: absent).
     Read(Option<u64>),
+    /// A put or delete was acknowledged.
     Written,
     /// Whether the compare held (and the write happened).
     Cas(bool),
@@ -53,6 +56,7 @@ fn step(state: Option<u64>, call: &Call) -> Option<Option<u64>> {
     match (call.op, call.answer) {
         (Op::Read, Answer::Read(v)) => (v == state).then_some(state),
         (Op::Write(v), Answer::Written | Answer::Unknown) => Some(Some(v)),
+        (Op::Delete, Answer::Written | Answer::Unknown) => Some(None),
         (Op::Cas { expect, new }, Answer::Cas(true)) => (state == expect).then_some(Some(new)),
         (Op::Cas { expect, .. }, Answer::Cas(false)) => (state != expect).then_some(state),
         // An unknown CAS that took effect: it found `expect`.

@@ -9,10 +9,13 @@
 //! - [`check`]: the linearizability checker the histories go through.
 //! - [`watch`]: watchers that resume across faults, and the check of what they got against the
 //!   members' converged history.
+//! - [`lease`]: leasers that keep leases alive and let them go, and the checks that no lease ends
+//!   before its time and every lease whose time is up ends.
 //!
 //! Everything random comes from the seed, and time is turmoil's, so a seed replays its history.
 
 pub mod check;
+pub mod lease;
 pub mod net;
 pub mod sim;
 pub mod watch;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use keel_chaos::sim::{self, Options};
+use keel_chaos::sim::{self, Fault, Options};
 
 #[derive(Parser)]
 #[command(name = "keel-chaos", about = "Deterministic fault simulation of keel clusters")]
@@ -25,16 +25,33 @@ enum Command {
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         start: u64,
-        /// Members per cluster.
-        #[arg(long, default_value_t = 3)]
-        members: usize,
+        /// Members per cluster (default: 5 for every fifth seed, else 3).
+        #[arg(long)]
+        members: Option<usize>,
         /// Simulated seconds the clients run per history.
         #[arg(long, default_value_t = 20)]
         seconds: u64,
         /// Print every history's faults.
         #[arg(long)]
         verbose: bool,
-        /// Plant a bug in the store (ack-before-commit, stale-read, lost-on-crash, drop-watch-event).
+        /// Clients compact at their last write once in this many operations, 0 for never
+        /// (default: 15 for every third seed, else 0).
+        #[arg(long)]
+        compact_one_in: Option<u32>,
+        /// The faults the nemesis draws from, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',', default_values_t = sim::ALL_FAULTS.map(|f| f.name().to_string()))]
+        nemesis: Vec<String>,
+        /// Clients granting, keeping alive and dropping leases.
+        #[arg(long, default_value_t = 2)]
+        leasers: usize,
+        /// Members snapshot every this many entries, keeping 10 behind (default: 100 for every
+        /// fourth seed, else etcd's default).
+        #[arg(long)]
+        snapshot_every: Option<u64>,
+        /// Members store on RocksDB in temporary directories (crashes are process crashes).
+        #[arg(long)]
+        rocksdb: bool,
+        /// Plant a bug in the store (an unknown name lists the known ones).
         #[arg(long)]
         plant: Option<String>,
     },
@@ -44,20 +61,45 @@ fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     }
-    let Command::Sim { seeds, start, members, seconds, verbose, plant } = Cli::parse().command;
-    let replay = |seed: u64| {
-        let plant = plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default();
-        format!("keel-chaos sim --seeds 1 --start {seed} --members {members} --seconds {seconds}{plant}")
+    let Command::Sim {
+        seeds,
+        start,
+        members,
+        seconds,
+        verbose,
+        compact_one_in,
+        nemesis,
+        leasers,
+        snapshot_every,
+        rocksdb,
+        plant,
+    } = Cli::parse().command;
+    let faults: Vec<Fault> = match nemesis.iter().map(|n| n.parse()).collect() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
     let began = Instant::now();
     let (mut ops, mut violations, mut simulated) = (0, 0, Duration::ZERO);
     for seed in start..start + seeds {
-        let opts =
-            Options { members, duration: Duration::from_secs(seconds), plant: plant.clone(), ..Options::new(seed) };
+        let default = Options::new(seed);
+        let opts = Options {
+            members: members.unwrap_or(default.members),
+            duration: Duration::from_secs(seconds),
+            compact_one_in: compact_one_in.unwrap_or(default.compact_one_in),
+            nemesis: faults.clone(),
+            rocksdb,
+            leasers,
+            snapshot_every: snapshot_every.or(default.snapshot_every),
+            plant: plant.clone(),
+            ..default
+        };
         let report = match sim::run(&opts) {
             Ok(r) => r,
             Err(e) => {
-                println!("seed {seed}: {e}\n  replay: {}", replay(seed));
+                println!("seed {seed}: {e}\n  replay: {}", opts.replay());
                 violations += 1;
                 continue;
             }
@@ -72,7 +114,7 @@ fn main() -> ExitCode {
             for v in &report.violations {
                 println!("  violation: {v}");
             }
-            println!("  replay: {}", replay(seed));
+            println!("  replay: {}", opts.replay());
         }
     }
     println!("simulated {simulated:?} in {:?}", began.elapsed());

@@ -386,29 +386,7 @@ fn free_port_pair() -> (u16, u16) {
     ports
 }
 
-/// Asks the kernel to SIGKILL the child when the spawning thread dies (Linux only), so a test
-/// process killed by a CI timeout leaves no server behind.
-pub fn die_with_parent(cmd: &mut Command) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt;
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = cmd;
-}
+pub use keel_bench::server::die_with_parent;
 
 /// The last `n` lines of `text`.
 pub fn tail(text: &str, n: usize) -> String {

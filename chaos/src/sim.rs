@@ -28,7 +28,7 @@ use keel_proto::etcdserverpb::{
 };
 use keel_proto::etcdserverpb::{MemberAddRequest, MemberListRequest, MemberRemoveRequest};
 use keel_store::config::Config;
-use keel_store::engine::{Engine, MemEngine, RocksEngine};
+use keel_store::engine::{Engine, MemEngine, RocksEngine, SyncMode};
 use keel_store::node::Member;
 use keel_store::raft::network::Dialer;
 use keel_store::server;
@@ -685,8 +685,8 @@ async fn run_member(name: String, cluster: String, setup: Setup, snapshot_every:
         Storage::Memory(e) => Arc::new(e),
         Storage::Rocks(dir) => Arc::new(RocksEngine::open(&dir).map_err(|e| e.to_string())?),
     };
-    let member =
-        Member::start_with(&cfg, engine, Dialer::with_connector(net::connector())).await.map_err(|e| e.to_string())?;
+    let dialer = Dialer::with_connector(net::connector());
+    let member = Member::start_with(&cfg, engine, dialer, SyncMode::Inline).await.map_err(|e| e.to_string())?;
     tokio::spawn(server::serve_with(peers, server::peer_router(member.clone()), std::future::pending()));
     server::serve_with(clients, server::client_router(member), std::future::pending()).await?;
     Ok(())

@@ -16,6 +16,7 @@ pub mod mvcc;
 pub mod node;
 pub mod plant;
 pub mod raft;
+pub mod rounds;
 pub mod server;
 pub mod snapshot;
 pub mod watch;

@@ -19,7 +19,8 @@ use sha1::{Digest, Sha1};
 use tokio::task::JoinHandle;
 
 use crate::config::{ClusterState, Config};
-use crate::engine::Engine;
+use crate::engine::{Engine, SyncMode, Syncer};
+use crate::rounds::Rounds;
 use crate::error::{Error, Result};
 use crate::lessor::Lessor;
 use crate::membership::{self, Change, Changed, MemberInfo};
@@ -121,6 +122,22 @@ pub struct Member {
     pub grpc: crate::server::metrics::GrpcCounters,
     /// Leader changes this member has seen (`etcd_server_leader_changes_seen_total`).
     leader_changes: Arc<std::sync::atomic::AtomicU64>,
+    /// ReadIndex rounds shared by this member's linearizable reads (leader or follower).
+    reads: Rounds<Result<u64>>,
+    /// ReadIndex rounds as the leader, shared by its own reads and those its followers forward.
+    leader_reads: Rounds<LeaderRead>,
+}
+
+/// The outcome of a ReadIndex round on the leader.
+#[derive(Debug, Clone)]
+enum LeaderRead {
+    /// A quorum confirmed the leadership: reads must wait until this index is applied.
+    Index(u64),
+    /// Not the leader; the leader, if known.
+    Forward(Option<BasicNode>),
+    /// The leader could not reach a quorum.
+    NoQuorum,
+    Stopped,
 }
 
 /// The ids a data directory was created with; a restart uses them, not the flags.
@@ -212,11 +229,17 @@ impl Member {
     /// Starts a member on `engine` per `cfg`, reaching its peers over TCP; bootstraps a new
     /// cluster on first start.
     pub async fn start(cfg: &Config, engine: Arc<dyn Engine>) -> anyhow::Result<Arc<Member>> {
-        Self::start_with(cfg, engine, Dialer::default()).await
+        Self::start_with(cfg, engine, Dialer::default(), SyncMode::Background).await
     }
 
-    /// Like [`Member::start`], reaching peers through `dialer` (the simulation's network).
-    pub async fn start_with(cfg: &Config, engine: Arc<dyn Engine>, dialer: Dialer) -> anyhow::Result<Arc<Member>> {
+    /// Like [`Member::start`], reaching peers through `dialer` (the simulation's network) and
+    /// syncing the engine as `sync` says (inline in the simulation, so that it replays).
+    pub async fn start_with(
+        cfg: &Config,
+        engine: Arc<dyn Engine>,
+        dialer: Dialer,
+        sync: SyncMode,
+    ) -> anyhow::Result<Arc<Member>> {
         let mut by_name: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (n, u) in &cfg.initial_cluster {
             by_name.entry(n.as_str()).or_default().push(u.clone());
@@ -246,11 +269,12 @@ impl Member {
         let Identity { id, cluster_id } = identity;
 
         let mvcc = Arc::new(Mvcc::open(engine.clone())?);
-        let sm = StateMachine::open(mvcc.clone())?;
+        let syncer = Syncer::new(engine.clone(), sync);
+        let sm = StateMachine::open(mvcc.clone(), syncer.clone())?;
         let hub = sm.hub().clone();
         // etcd fragments watch responses at the request limit plus its gRPC overhead allowance.
         hub.configure(cluster_id, id, cfg.max_request_bytes as usize + crate::server::GRPC_OVERHEAD_BYTES);
-        let log = LogStore::new(engine.clone());
+        let log = LogStore::new(engine.clone(), syncer);
         let rcfg = openraft::Config {
             cluster_name: cfg.initial_cluster_token.clone(),
             heartbeat_interval: cfg.heartbeat_interval_ms,
@@ -297,6 +321,8 @@ impl Member {
             leader_lease: Duration::from_millis(cfg.election_timeout_ms * 2),
             grpc: Default::default(),
             leader_changes: Default::default(),
+            reads: Default::default(),
+            leader_reads: Default::default(),
         });
         member.start_tasks(cfg.watch_progress_notify_interval);
         let attributes = Attributes { name: cfg.name.clone(), client_urls: cfg.advertise_client_urls.clone() };
@@ -448,11 +474,7 @@ impl Member {
                         }
                         Err(e) => return Err(e),
                         Ok(ForwardReply::Write(Ok((reply, index)))) => {
-                            self.raft
-                                .wait(None)
-                                .applied_index_at_least(Some(index), "forwarded write")
-                                .await
-                                .map_err(|_| Error::Stopped)?;
+                            self.wait_applied(index, "forwarded write").await?;
                             return Ok((reply, index));
                         }
                         Ok(ForwardReply::Write(Err(e))) => return Err(e),
@@ -528,18 +550,23 @@ impl Member {
     /// lease that the real leader lets expire, and the client would count on time it does not
     /// have.
     async fn renew_as_leader(self: &Arc<Self>, id: i64) -> Result<i64> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => {
-                let (ttl, stale_checkpoint) = self.lessor.renew(self, id)?;
-                if stale_checkpoint {
-                    Lessor::clear_checkpoint(self, id).await?;
-                }
-                Ok(ttl)
-            }
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => Err(Error::NotLeader),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Error::NoLeader),
-            Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+        let index = match self.leader_read_index().await {
+            LeaderRead::Index(i) => i,
+            LeaderRead::Forward(_) => return Err(Error::NotLeader),
+            LeaderRead::NoQuorum => return Err(Error::NoLeader),
+            LeaderRead::Stopped => return Err(Error::Stopped),
+        };
+        self.wait_applied(index, "lease renewal").await?;
+        let (ttl, stale_checkpoint) = self.lessor.renew(self, id)?;
+        if stale_checkpoint {
+            Lessor::clear_checkpoint(self, id).await?;
         }
+        Ok(ttl)
+    }
+
+    /// Returns once this member has applied the log up to `index`.
+    async fn wait_applied(&self, index: u64, why: &str) -> Result<()> {
+        self.raft.wait(None).applied_index_at_least(Some(index), why).await.map(|_| ()).map_err(|_| Error::Stopped)
     }
 
     /// Renews a lease on the leader; returns its granted TTL.
@@ -573,10 +600,11 @@ impl Member {
                 }
             }),
             Forwarded::Write(cmd) => ForwardReply::Write(self.write_or_forward(cmd, false).await),
-            Forwarded::ReadIndex => ForwardReply::ReadIndex(match self.raft.get_read_log_id().await {
-                Ok((read, _)) => Ok(read.map(|l| l.index).unwrap_or(0)),
-                Err(RaftError::APIError(_)) => Err(Error::NotLeader),
-                Err(RaftError::Fatal(_)) => Err(Error::Stopped),
+            Forwarded::ReadIndex => ForwardReply::ReadIndex(match self.leader_read_index().await {
+                LeaderRead::Index(i) => Ok(i),
+                LeaderRead::Forward(_) => Err(Error::NotLeader),
+                LeaderRead::NoQuorum => Err(Error::NoLeader),
+                LeaderRead::Stopped => Err(Error::Stopped),
             }),
             Forwarded::Change(c) => ForwardReply::Change(self.change_here(c).await),
             Forwarded::Members => ForwardReply::Members(self.cluster_id, self.members()),
@@ -801,55 +829,67 @@ impl Member {
     }
 
     /// The read barrier (ReadIndex): returns once this member has applied everything the
-    /// leader had committed when it was called. A follower asks the leader for the index.
-    pub async fn linearize(&self) -> Result<()> {
+    /// leader had committed when it was called. Concurrent reads share ReadIndex rounds (see
+    /// [`Rounds`]); a follower's round asks the leader, whose own rounds serve it too.
+    pub async fn linearize(self: &Arc<Self>) -> Result<()> {
         if self.is_learner() {
             return Err(Error::NotSupportedForLearner);
         }
         if crate::plant::on("stale-read") {
             return Ok(());
         }
-        match tokio::time::timeout(self.request_timeout, self.read_barrier()).await {
+        let barrier = async {
+            let m = self.clone();
+            let index = self.reads.join(move || m.clone().read_index()).await.unwrap_or(Err(Error::Stopped))?;
+            self.wait_applied(index, "read barrier").await
+        };
+        match tokio::time::timeout(self.request_timeout, barrier).await {
             Err(_) => Err(self.timed_out()),
             Ok(r) => r,
         }
     }
 
-    async fn read_barrier(&self) -> Result<()> {
-        loop {
-            match self.raft.ensure_linearizable().await {
-                Ok(_) => return Ok(()),
-                Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => match f.leader_node {
-                    Some(node) => {
-                        let index = match self.forward(&node.addr, Forwarded::ReadIndex).await {
-                            // Asking again is harmless: a read index changes nothing.
-                            Err(Error::NoLeader | Error::TimeoutDueToConnectionLost) => {
-                                tokio::time::sleep(NO_LEADER_RETRY).await;
-                                continue;
-                            }
-                            Err(e) => return Err(e),
-                            Ok(ForwardReply::ReadIndex(Err(Error::NotLeader))) => {
-                                tokio::time::sleep(NO_LEADER_RETRY).await;
-                                continue;
-                            }
-                            Ok(ForwardReply::ReadIndex(r)) => r?,
-                            Ok(_) => return Err(unexpected_reply()),
-                        };
-                        self.raft
-                            .wait(None)
-                            .applied_index_at_least(Some(index), "read barrier")
-                            .await
-                            .map_err(|_| Error::Stopped)?;
-                        return Ok(());
-                    }
-                    None => tokio::time::sleep(NO_LEADER_RETRY).await,
-                },
-                Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
-                    tokio::time::sleep(NO_LEADER_RETRY).await
+    /// One ReadIndex round for this member's reads: the leader's commit index once a quorum
+    /// confirmed it leads, asked of the leader when this member is a follower. Retries while
+    /// there is no leader, within the request deadline.
+    async fn read_index(self: Arc<Self>) -> Result<u64> {
+        let round = async {
+            loop {
+                match self.leader_read_index().await {
+                    LeaderRead::Index(i) => return Ok(i),
+                    LeaderRead::Stopped => return Err(Error::Stopped),
+                    LeaderRead::NoQuorum | LeaderRead::Forward(None) => tokio::time::sleep(NO_LEADER_RETRY).await,
+                    LeaderRead::Forward(Some(node)) => match self.forward(&node.addr, Forwarded::ReadIndex).await {
+                        // Asking again is harmless: a read index changes nothing.
+                        Err(Error::NoLeader | Error::TimeoutDueToConnectionLost)
+                        | Ok(ForwardReply::ReadIndex(Err(Error::NotLeader | Error::NoLeader))) => {
+                            tokio::time::sleep(NO_LEADER_RETRY).await
+                        }
+                        Err(e) => return Err(e),
+                        Ok(ForwardReply::ReadIndex(r)) => return r,
+                        Ok(_) => return Err(unexpected_reply()),
+                    },
                 }
-                Err(RaftError::Fatal(_)) => return Err(Error::Stopped),
             }
-        }
+        };
+        tokio::time::timeout(self.request_timeout, round).await.unwrap_or_else(|_| Err(self.timed_out()))
+    }
+
+    /// A ReadIndex round as the leader, shared with every other read that joined it.
+    async fn leader_read_index(&self) -> LeaderRead {
+        let raft = self.raft.clone();
+        let round = move || {
+            let raft = raft.clone();
+            async move {
+                match raft.get_read_log_id().await {
+                    Ok((read, _)) => LeaderRead::Index(read.map(|l| l.index).unwrap_or(0)),
+                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => LeaderRead::Forward(f.leader_node),
+                    Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => LeaderRead::NoQuorum,
+                    Err(RaftError::Fatal(_)) => LeaderRead::Stopped,
+                }
+            }
+        };
+        self.leader_reads.join(round).await.unwrap_or(LeaderRead::Stopped)
     }
 
     /// The current Raft term.

@@ -3,24 +3,27 @@
 
 use std::sync::Arc;
 
-use keel_store::engine::{Engine, MemEngine, RocksEngine};
+use keel_store::engine::{Engine, MemEngine, RocksEngine, SyncMode, Syncer};
 use keel_store::mvcc::Mvcc;
 use keel_store::raft::log_store::LogStore;
 use keel_store::raft::state_machine::StateMachine;
 use keel_store::raft::{StorageError, TypeConfig};
 use openraft::testing::{StoreBuilder, Suite};
 
-fn stores(engine: Arc<dyn Engine>) -> (LogStore, StateMachine) {
+/// The in-memory engine syncs inline (as in the simulation), RocksDB on the sync thread (as in
+/// the binary), so the suite covers both ways an append is reported flushed.
+fn stores(engine: Arc<dyn Engine>, mode: SyncMode) -> (LogStore, StateMachine) {
     let mvcc = Arc::new(Mvcc::open(engine.clone()).expect("open mvcc"));
+    let syncer = Syncer::new(engine.clone(), mode);
     // The suite applies synthetic entries with index gaps; a member refuses gaps.
-    (LogStore::new(engine), StateMachine::open(mvcc).expect("open state machine").allow_gaps())
+    (LogStore::new(engine, syncer.clone()), StateMachine::open(mvcc, syncer).expect("open state machine").allow_gaps())
 }
 
 struct MemBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, ()> for MemBuilder {
     async fn build(&self) -> Result<((), LogStore, StateMachine), StorageError> {
-        let (log, sm) = stores(Arc::new(MemEngine::new()));
+        let (log, sm) = stores(Arc::new(MemEngine::new()), SyncMode::Inline);
         Ok(((), log, sm))
     }
 }
@@ -31,7 +34,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Roc
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let engine = RocksEngine::open(dir.path()).expect("open rocksdb");
-        let (log, sm) = stores(Arc::new(engine));
+        let (log, sm) = stores(Arc::new(engine), SyncMode::Background);
         Ok((dir, log, sm))
     }
 }

@@ -28,6 +28,15 @@ pub struct MemEngine {
     state: Arc<Mutex<State>>,
 }
 
+impl State {
+    /// Everything written so far survives a crash from now on.
+    fn make_durable(&mut self) {
+        for b in std::mem::take(&mut self.pending) {
+            apply(&mut self.durable, &b);
+        }
+    }
+}
+
 fn apply(map: &mut Map, batch: &Batch) {
     for op in &batch.ops {
         match op {
@@ -97,14 +106,15 @@ impl Engine for MemEngine {
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
         let mut st = self.state.lock();
         apply(&mut st.live, &batch);
+        st.pending.push(batch);
         if sync {
-            let pending = std::mem::take(&mut st.pending);
-            for b in pending.iter().chain(std::iter::once(&batch)) {
-                apply(&mut st.durable, b);
-            }
-        } else {
-            st.pending.push(batch);
+            st.make_durable();
         }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.state.lock().make_durable();
         Ok(())
     }
 

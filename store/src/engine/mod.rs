@@ -9,13 +9,16 @@
 //! Guarantees every engine gives:
 //! - a [`Batch`] is applied atomically: after a crash either all of it or none of it is visible;
 //! - `write(batch, true)` returns only once the batch and everything written before it is durable;
+//!   so does `sync()` for everything written before it;
 //! - scans return keys in ascending byte order.
 
 mod memory;
 mod rocks;
+mod sync;
 
 pub use memory::MemEngine;
 pub use rocks::RocksEngine;
+pub use sync::{SyncMode, SyncResult, Syncer};
 
 use crate::error::Result;
 
@@ -63,6 +66,9 @@ pub trait Engine: Send + Sync + 'static {
     fn last(&self, start: &[u8], end: &[u8]) -> Result<Option<Pair>>;
     /// Applies `batch` atomically; with `sync`, returns only once it is durable.
     fn write(&self, batch: Batch, sync: bool) -> Result<()>;
+    /// Returns once every write made before this call is durable (one sync for all of them; see
+    /// [`Syncer`] for group commit).
+    fn sync(&self) -> Result<()>;
     /// Approximate bytes the state machine (not the Raft log) takes on disk: etcd's backend size,
     /// reported as `Status.dbSize` and held against the space quota.
     fn backend_size(&self) -> u64;

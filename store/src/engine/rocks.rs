@@ -119,6 +119,12 @@ impl Engine for RocksEngine {
         Ok(())
     }
 
+    fn sync(&self) -> Result<()> {
+        // Syncs the WAL, which every column family shares: all earlier writes are durable after.
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+
     fn backend_size(&self) -> u64 {
         self.state_property("rocksdb.total-sst-files-size") + self.state_property("rocksdb.cur-size-all-mem-tables")
     }

@@ -1,8 +1,11 @@
 //! The Raft log and vote on the storage engine.
 //!
-//! Durability: `append` writes its entries in one synced batch and only then reports them
-//! flushed; `save_vote` is synced before it returns. Purging records the last purged log id in the
-//! same batch that deletes the entries.
+//! Durability: `append` writes its entries in one batch without waiting, and reports them
+//! flushed only once the [`Syncer`] says a sync covered them (group commit: many appends, one
+//! sync). `save_vote` and `truncate` are synced before they return. Purging records the last
+//! purged log id in the same batch that deletes the entries, and is synced too: the state
+//! machine's writes before it, which the purged entries could otherwise rebuild, must survive
+//! any crash that the purge survives.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -14,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{io_err, LogId, StorageError, TypeConfig};
-use crate::engine::{Batch, Engine};
+use crate::engine::{Batch, Engine, Syncer};
 use crate::mvcc::keys;
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -23,15 +26,16 @@ const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
 const PURGED: &str = "purged";
 
-/// The Raft log store. Clones share the engine.
+/// The Raft log store. Clones share the engine and the syncer.
 #[derive(Clone)]
 pub struct LogStore {
     engine: Arc<dyn Engine>,
+    syncer: Syncer,
 }
 
 impl LogStore {
-    pub fn new(engine: Arc<dyn Engine>) -> Self {
-        Self { engine }
+    pub fn new(engine: Arc<dyn Engine>, syncer: Syncer) -> Self {
+        Self { engine, syncer }
     }
 
     fn get_meta<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageError> {
@@ -124,10 +128,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = bincode::serialize(&e).map_err(|e| io_err(e, ErrorSubject::Logs, ErrorVerb::Write))?;
             b.put(keys::log_key(e.log_id.index), bytes);
         }
-        let res = self.engine.write(b, !crate::plant::on("lost-on-crash"));
-        match res {
+        match self.engine.write(b, false) {
             Ok(()) => {
-                callback.log_io_completed(Ok(()));
+                self.syncer.after_sync(move |r| callback.log_io_completed(r.clone().map_err(std::io::Error::other)));
                 Ok(())
             }
             Err(e) => {
@@ -147,6 +150,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut b = Batch::default();
         b.put(keys::raft_meta(PURGED), bincode::serialize(&log_id).expect("log id serializes"));
         b.delete_range(keys::log_key(0), keys::log_key(log_id.index + 1));
-        self.engine.write(b, false).map_err(|e| io_err(e, ErrorSubject::Logs, ErrorVerb::Delete))
+        self.engine.write(b, true).map_err(|e| io_err(e, ErrorSubject::Logs, ErrorVerb::Delete))
     }
 }

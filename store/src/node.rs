@@ -866,10 +866,9 @@ impl Member {
     /// timed out` after the request deadline.
     pub async fn ready(&self) -> Result<()> {
         let mut rx = self.ready.subscribe();
-        let outcome = tokio::time::timeout(self.request_timeout, rx.wait_for(|r| *r)).await.map(|r| r.is_ok());
-        match outcome {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::Stopped),
+        match tokio::time::timeout(self.request_timeout, rx.wait_for(|r| *r)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(Error::Stopped),
             Err(_) => Err(self.timed_out()),
         }
     }

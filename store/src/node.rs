@@ -108,11 +108,6 @@ pub struct Member {
     closing: tokio::sync::watch::Sender<bool>,
     /// Becomes true when this member is no longer in the cluster's membership.
     removed: tokio::sync::watch::Sender<bool>,
-    /// Becomes true once, after start, this member has applied everything the leader had
-    /// committed (one read barrier). Until then clients wait: applied batches are not synced
-    /// (the Raft log is the durable record), so after a crash this member's state may be behind
-    /// what it answered before, until it has applied the log again.
-    ready: tokio::sync::watch::Sender<bool>,
     /// While true, the Raft network sends nothing (the leader's part of a leadership transfer).
     hold: Arc<AtomicBool>,
     /// One membership change or leadership transfer at a time.
@@ -275,7 +270,7 @@ impl Member {
 
         let mvcc = Arc::new(Mvcc::open(engine.clone())?);
         let syncer = Syncer::new(engine.clone(), sync);
-        let sm = StateMachine::open(mvcc.clone())?;
+        let sm = StateMachine::open(mvcc.clone(), syncer.clone())?;
         let hub = sm.hub().clone();
         // etcd fragments watch responses at the request limit plus its gRPC overhead allowance.
         hub.configure(cluster_id, id, cfg.max_request_bytes as usize + crate::server::GRPC_OVERHEAD_BYTES);
@@ -319,7 +314,6 @@ impl Member {
             tasks: Mutex::new(Vec::new()),
             closing: tokio::sync::watch::channel(false).0,
             removed: tokio::sync::watch::channel(false).0,
-            ready: tokio::sync::watch::channel(false).0,
             hold,
             reconfig: tokio::sync::Mutex::new(()),
             token: cfg.initial_cluster_token.clone(),
@@ -331,7 +325,6 @@ impl Member {
             leader_reads: Default::default(),
         });
         member.start_tasks(cfg.watch_progress_notify_interval);
-        member.tasks.lock().push(tokio::spawn(become_ready(Arc::downgrade(&member))));
         let attributes = Attributes { name: cfg.name.clone(), client_urls: cfg.advertise_client_urls.clone() };
         member.tasks.lock().push(tokio::spawn(publish(Arc::downgrade(&member), attributes)));
         Ok(member)
@@ -846,36 +839,14 @@ impl Member {
             return Ok(());
         }
         let barrier = async {
-            let index = self.reads_round().await?;
+            let m = self.clone();
+            let index = self.reads.join(move || m.clone().read_index()).await.unwrap_or(Err(Error::Stopped))?;
             self.wait_applied(index, "read barrier").await
         };
         match tokio::time::timeout(self.request_timeout, barrier).await {
             Err(_) => Err(self.timed_out()),
             Ok(r) => r,
         }
-    }
-
-    /// The read index of a ReadIndex round that started after this call, shared with the other
-    /// reads that joined it.
-    async fn reads_round(self: &Arc<Self>) -> Result<u64> {
-        let m = self.clone();
-        self.reads.join(move || m.clone().read_index()).await.unwrap_or(Err(Error::Stopped))
-    }
-
-    /// Resolves once this member is ready to answer clients (see `ready`), or with `request
-    /// timed out` after the request deadline.
-    pub async fn ready(&self) -> Result<()> {
-        let mut rx = self.ready.subscribe();
-        match tokio::time::timeout(self.request_timeout, rx.wait_for(|r| *r)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(Error::Stopped),
-            Err(_) => Err(self.timed_out()),
-        }
-    }
-
-    /// Whether this member is ready to answer clients.
-    pub fn is_ready(&self) -> bool {
-        *self.ready.borrow()
     }
 
     /// One ReadIndex round for this member's reads: the leader's commit index once a quorum
@@ -989,28 +960,6 @@ fn change_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> Error {
 
 /// Publishes this member's name and client URLs once a leader takes them (etcd's publish), and
 /// again after a restart if they changed.
-/// Marks the member ready once a read barrier passed: it has applied at least what the leader
-/// had committed after this start, so it is past anything it answered before a crash.
-async fn become_ready(member: Weak<Member>) {
-    loop {
-        let Some(m) = member.upgrade() else { return };
-        let reads = m.reads_round().await;
-        let passed = match reads {
-            Ok(index) => m.wait_applied(index, "start-up read barrier").await.is_ok(),
-            Err(e) => {
-                tracing::debug!("start-up read barrier: {e}");
-                false
-            }
-        };
-        if passed {
-            m.ready.send_replace(true);
-            return;
-        }
-        drop(m);
-        tokio::time::sleep(NO_LEADER_RETRY).await;
-    }
-}
-
 async fn publish(member: Weak<Member>, attributes: Attributes) {
     loop {
         let Some(m) = member.upgrade() else { return };

@@ -142,6 +142,58 @@ impl StateMachine {
         self.applied.lock().last
     }
 
+    /// Applies `entries` in one batch, written without sync; returns the replies and the
+    /// revisions made, for the watch hub.
+    fn apply_entries(
+        &self,
+        entries: impl IntoIterator<Item = openraft::Entry<TypeConfig>>,
+    ) -> Result<(Vec<Applied>, Vec<crate::mvcc::Revision>), StorageError> {
+        let sm_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Write);
+        let mut applied = self.applied.lock();
+        let mut batch = self.mvcc.apply(self.hub.wants_prev());
+        let mut replies = Vec::new();
+        let mut last = applied.last;
+        let mut membership = applied.membership.clone();
+        for entry in entries {
+            if let Some(prev) = last {
+                let ok = if self.contiguous {
+                    entry.log_id.index == prev.index + 1
+                } else {
+                    entry.log_id.index > prev.index
+                };
+                if !ok {
+                    return Err(sm_err(Error::Corrupt(format!(
+                        "applied indexes not contiguous: {} after {}",
+                        entry.log_id.index, prev.index
+                    ))));
+                }
+            }
+            last = Some(entry.log_id);
+            let reply = match &entry.payload {
+                EntryPayload::Blank => Ok(Reply::None),
+                EntryPayload::Normal(cmd) => match apply_command(&mut batch, cmd) {
+                    Err(e) if !is_deterministic(&e) => return Err(sm_err(e)),
+                    r => r,
+                },
+                EntryPayload::Membership(m) => {
+                    membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                    Ok(Reply::None)
+                }
+            };
+            replies.push(Applied(reply));
+        }
+        if let Some(l) = last {
+            batch.put_meta(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
+        }
+        batch.put_meta(keys::sm_meta(MEMBERSHIP), bincode::serialize(&membership).expect("membership serializes"));
+        // Readers see the batch from here on, as etcd's see its uncommitted backend batch; the
+        // entries are committed, so a crash before the sync only means applying them again.
+        let revisions = batch.commit(false).map_err(sm_err)?;
+        applied.last = last;
+        applied.membership = membership;
+        Ok((replies, revisions))
+    }
+
     fn dump(&self) -> Result<Vec<Pair>> {
         dump(&self.mvcc)
     }
@@ -201,51 +253,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = openraft::Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        let sm_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Write);
-        let mut applied = self.applied.lock();
-        let mut batch = self.mvcc.apply(self.hub.wants_prev());
-        let mut replies = Vec::new();
-        let mut last = applied.last;
-        let mut membership = applied.membership.clone();
-        for entry in entries {
-            if let Some(prev) = last {
-                let ok = if self.contiguous {
-                    entry.log_id.index == prev.index + 1
-                } else {
-                    entry.log_id.index > prev.index
-                };
-                if !ok {
-                    return Err(sm_err(Error::Corrupt(format!(
-                        "applied indexes not contiguous: {} after {}",
-                        entry.log_id.index, prev.index
-                    ))));
-                }
-            }
-            last = Some(entry.log_id);
-            let reply = match &entry.payload {
-                EntryPayload::Blank => Ok(Reply::None),
-                EntryPayload::Normal(cmd) => match apply_command(&mut batch, cmd) {
-                    Err(e) if !is_deterministic(&e) => return Err(sm_err(e)),
-                    r => r,
-                },
-                EntryPayload::Membership(m) => {
-                    membership = StoredMembership::new(Some(entry.log_id), m.clone());
-                    Ok(Reply::None)
-                }
-            };
-            replies.push(Applied(reply));
-        }
-        if let Some(l) = last {
-            batch.put_meta(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
-        }
-        batch.put_meta(keys::sm_meta(MEMBERSHIP), bincode::serialize(&membership).expect("membership serializes"));
-        // Readers see the batch from here on, as etcd's see its uncommitted backend batch; the
-        // entries are committed, so a crash before the sync only means applying them again.
-        let revisions = batch.commit(false).map_err(sm_err)?;
-        applied.last = last;
-        applied.membership = membership;
-        drop(applied);
-        self.syncer.sync().await.map_err(|e| sm_err(Error::Io(e)))?;
+        let (replies, revisions) = self.apply_entries(entries)?;
+        self.syncer.sync().await.map_err(|e| io_err(Error::Io(e), ErrorSubject::StateMachine, ErrorVerb::Write))?;
         self.hub.publish(&revisions);
         Ok(replies)
     }

@@ -20,7 +20,6 @@ use tokio::task::JoinHandle;
 
 use crate::config::{ClusterState, Config};
 use crate::engine::{Engine, SyncMode, Syncer};
-use crate::rounds::Rounds;
 use crate::error::{Error, Result};
 use crate::lessor::Lessor;
 use crate::membership::{self, Change, Changed, MemberInfo};
@@ -30,6 +29,7 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{decode, encode, Dialer, Peers};
 use crate::raft::state_machine::{needs_space, StateMachine};
 use crate::raft::{Command, Proto, Raft, Reply};
+use crate::rounds::Rounds;
 use crate::watch::Hub;
 
 /// The etcd API version keel speaks (reported by `/version` and `Maintenance.Status`).
@@ -840,7 +840,7 @@ impl Member {
         }
         let barrier = async {
             let m = self.clone();
-            let index = self.reads.join(move || m.clone().read_index()).await.unwrap_or(Err(Error::Stopped))?;
+            let index = self.reads.join(move || m.read_index()).await?;
             self.wait_applied(index, "read barrier").await
         };
         match tokio::time::timeout(self.request_timeout, barrier).await {
@@ -883,13 +883,15 @@ impl Member {
             async move {
                 match raft.get_read_log_id().await {
                     Ok((read, _)) => LeaderRead::Index(read.map(|l| l.index).unwrap_or(0)),
-                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => LeaderRead::Forward(f.leader_node),
+                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                        LeaderRead::Forward(f.leader_node)
+                    }
                     Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => LeaderRead::NoQuorum,
                     Err(RaftError::Fatal(_)) => LeaderRead::Stopped,
                 }
             }
         };
-        self.leader_reads.join(round).await.unwrap_or(LeaderRead::Stopped)
+        self.leader_reads.join(round).await
     }
 
     /// The current Raft term.

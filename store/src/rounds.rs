@@ -5,20 +5,27 @@
 //! was waiting when it began, as etcd's read loop does, instead of one round per read.
 //!
 //! The guarantee that makes this correct: a caller is only ever answered by a round that started
-//! after it joined. A caller arriving while a round is under way waits for the next one, which
-//! starts as soon as the current one ends and serves everyone who arrived meanwhile. Rounds run
-//! in a task of their own, so a caller that gives up (a client's deadline) does not stop a round
-//! that others wait for; the task ends when nobody is waiting.
+//! after it joined. A caller arriving while a round is under way joins the next one, which
+//! starts as soon as the current one ends and serves everyone who joined meanwhile. Every caller
+//! polls the round it joined (a shared future, no task of its own: the order of events stays the
+//! simulation's), so a caller that gives up (a client's deadline) does not stop a round that
+//! others wait for, and a round nobody waits for any more is simply not polled.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+
+type Round<T> = Shared<BoxFuture<'static, T>>;
 
 struct State<T> {
-    running: bool,
-    waiting: Vec<oneshot::Sender<T>>,
+    /// The round not started yet, which new callers join.
+    queued: Option<Round<T>>,
+    /// The newest round; the next one starts after it.
+    last: Option<Round<T>>,
+    /// Rounds made so far.
+    made: u64,
 }
 
 /// Runs one operation for many callers at once.
@@ -28,44 +35,47 @@ pub struct Rounds<T> {
 
 impl<T> Default for Rounds<T> {
     fn default() -> Self {
-        Self { state: Arc::new(Mutex::new(State { running: false, waiting: Vec::new() })) }
+        Self { state: Arc::new(Mutex::new(State { queued: None, last: None, made: 0 })) }
     }
 }
 
-impl<T: Clone + Send + 'static> Rounds<T> {
-    /// The outcome of a run of `round` that started after this call; `None` only if the round's
-    /// task died (the runtime is shutting down).
-    pub async fn join<F, Fut>(&self, round: F) -> Option<T>
+impl<T: Clone + Send + Sync + 'static> Rounds<T> {
+    /// The outcome of a run of `round` that started after this call (the one this call joined,
+    /// which may be another caller's `round`: all of them must do the same).
+    pub async fn join<F, Fut>(&self, round: F) -> T
     where
-        F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = T> + Send,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
     {
-        let (tx, rx) = oneshot::channel();
-        let start = {
+        let joined = {
             let mut s = self.state.lock();
-            s.waiting.push(tx);
-            !std::mem::replace(&mut s.running, true)
-        };
-        if start {
-            let state = self.state.clone();
-            tokio::spawn(async move {
-                loop {
-                    let joined = {
-                        let mut s = state.lock();
-                        if s.waiting.is_empty() {
-                            s.running = false;
-                            return;
+            match &s.queued {
+                Some(r) => r.clone(),
+                None => {
+                    s.made += 1;
+                    let (me, after, state) = (s.made, s.last.clone(), self.state.clone());
+                    let r = async move {
+                        if let Some(before) = after {
+                            before.await;
                         }
-                        std::mem::take(&mut s.waiting)
-                    };
-                    let out = round().await;
-                    for tx in joined {
-                        let _ = tx.send(out.clone());
+                        {
+                            // Started: callers from now on need the next round.
+                            let mut s = state.lock();
+                            if s.made == me {
+                                s.queued = None;
+                            }
+                        }
+                        round().await
                     }
+                    .boxed()
+                    .shared();
+                    s.queued = Some(r.clone());
+                    s.last = Some(r.clone());
+                    r
                 }
-            });
-        }
-        rx.await.ok()
+            }
+        };
+        joined.await
     }
 }
 
@@ -107,15 +117,21 @@ mod tests {
                 tokio::spawn(async move { rounds.join(round).await })
             })
             .collect();
+        // On this single-threaded runtime a yield lets both late callers run up to their wait:
+        // they have joined while round 1 is still under way.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(started.load(Ordering::SeqCst), 1, "round 2 must wait for round 1");
         release.notify_one();
-        assert_eq!(first.await.unwrap(), Some(1));
+        assert_eq!(first.await.unwrap(), 1);
         while started.load(Ordering::SeqCst) < 2 {
             assert!(tokio::time::Instant::now() < deadline, "round 2 never started");
             tokio::task::yield_now().await;
         }
         release.notify_one();
         for h in later {
-            assert_eq!(h.await.unwrap(), Some(2), "both late callers share round 2");
+            assert_eq!(h.await.unwrap(), 2, "both late callers share round 2");
         }
         assert_eq!(started.load(Ordering::SeqCst), 2);
     }
@@ -147,6 +163,6 @@ mod tests {
         tokio::task::yield_now().await;
         release.notify_one();
         release.notify_one();
-        assert_eq!(stayer.await.unwrap(), Some(7));
+        assert_eq!(stayer.await.unwrap(), 7);
     }
 }

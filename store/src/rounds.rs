@@ -14,16 +14,18 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::future::{BoxFuture, FutureExt, WeakShared};
 use parking_lot::Mutex;
 
-type Round<T> = Shared<BoxFuture<'static, T>>;
+type WeakRound<T> = WeakShared<BoxFuture<'static, T>>;
 
+/// Only weak references to rounds: a round lives as long as a caller polls it, so a round whose
+/// callers are all gone (a member's runtime dropped in a crash) is dropped with what it holds.
 struct State<T> {
     /// The round not started yet, which new callers join.
-    queued: Option<Round<T>>,
+    queued: Option<WeakRound<T>>,
     /// The newest round; the next one starts after it.
-    last: Option<Round<T>>,
+    last: Option<WeakRound<T>>,
     /// Rounds made so far.
     made: u64,
 }
@@ -49,11 +51,12 @@ impl<T: Clone + Send + Sync + 'static> Rounds<T> {
     {
         let joined = {
             let mut s = self.state.lock();
-            match &s.queued {
-                Some(r) => r.clone(),
+            match s.queued.as_ref().and_then(WeakShared::upgrade) {
+                Some(r) => r,
                 None => {
                     s.made += 1;
-                    let (me, after, state) = (s.made, s.last.clone(), self.state.clone());
+                    let after = s.last.as_ref().and_then(WeakShared::upgrade);
+                    let (me, state) = (s.made, self.state.clone());
                     let r = async move {
                         if let Some(before) = after {
                             before.await;
@@ -69,8 +72,8 @@ impl<T: Clone + Send + Sync + 'static> Rounds<T> {
                     }
                     .boxed()
                     .shared();
-                    s.queued = Some(r.clone());
-                    s.last = Some(r.clone());
+                    s.queued = r.downgrade();
+                    s.last = r.downgrade();
                     r
                 }
             }

@@ -41,21 +41,42 @@ pub struct Syncer {
 #[derive(Clone)]
 enum Inner {
     Inline(Arc<dyn Engine>),
-    Background(mpsc::Sender<Done>),
+    Background(Arc<Background>),
+}
+
+/// The sync thread and the way to it. Dropped with the last clone: the thread is then told to
+/// stop and joined, so it has let go of the engine (and RocksDB is closed) before the drop
+/// returns. A thread left closing a database while the process exits corrupted the heap.
+struct Background {
+    tx: Option<mpsc::Sender<Done>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            // A callback run by the thread itself could hold the last clone.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
 }
 
 impl Syncer {
-    /// A syncer for `engine`; in the background mode its thread ends when the last clone is dropped.
+    /// A syncer for `engine`; in the background mode its thread ends, joined, when the last clone
+    /// is dropped.
     pub fn new(engine: Arc<dyn Engine>, mode: SyncMode) -> Self {
         let inner = match mode {
             SyncMode::Inline => Inner::Inline(engine),
             SyncMode::Background => {
                 let (tx, rx) = mpsc::channel::<Done>();
-                std::thread::Builder::new()
+                let thread = std::thread::Builder::new()
                     .name("keel-sync".into())
                     .spawn(move || run(&*engine, rx))
                     .expect("spawn the sync thread");
-                Inner::Background(tx)
+                Inner::Background(Arc::new(Background { tx: Some(tx), thread: Some(thread) }))
             }
         };
         Self { inner }
@@ -65,7 +86,8 @@ impl Syncer {
     pub fn after_sync(&self, done: impl FnOnce(&SyncResult) + Send + 'static) {
         match &self.inner {
             Inner::Inline(engine) => done(&sync(&**engine)),
-            Inner::Background(tx) => {
+            Inner::Background(bg) => {
+                let tx = bg.tx.as_ref().expect("a live syncer has its sender");
                 if let Err(mpsc::SendError(done)) = tx.send(Box::new(done)) {
                     // Only after the thread died: nothing can be made durable any more.
                     done(&Err("the sync thread has stopped".into()));

@@ -108,6 +108,12 @@ pub struct Member {
     closing: tokio::sync::watch::Sender<bool>,
     /// Becomes true when this member is no longer in the cluster's membership.
     removed: tokio::sync::watch::Sender<bool>,
+    /// Becomes true once, after start, this member has applied its own publish entry (see
+    /// `publish`). Until then clients wait, and as the leader it answers no ReadIndex: applied
+    /// batches are not synced (the Raft log is the durable record), so after a crash this
+    /// member's state, and the commit index it starts from, may be behind what it answered
+    /// before, until it has applied the log again.
+    ready: tokio::sync::watch::Sender<bool>,
     /// While true, the Raft network sends nothing (the leader's part of a leadership transfer).
     hold: Arc<AtomicBool>,
     /// One membership change or leadership transfer at a time.
@@ -138,6 +144,18 @@ enum LeaderRead {
     /// The leader could not reach a quorum.
     NoQuorum,
     Stopped,
+}
+
+impl LeaderRead {
+    /// The read index, for a caller that needs this member to be the leader (no forwarding).
+    fn here(self) -> Result<u64> {
+        match self {
+            LeaderRead::Index(i) => Ok(i),
+            LeaderRead::Forward(_) => Err(Error::NotLeader),
+            LeaderRead::NoQuorum => Err(Error::NoLeader),
+            LeaderRead::Stopped => Err(Error::Stopped),
+        }
+    }
 }
 
 /// The ids a data directory was created with; a restart uses them, not the flags.
@@ -270,7 +288,7 @@ impl Member {
 
         let mvcc = Arc::new(Mvcc::open(engine.clone())?);
         let syncer = Syncer::new(engine.clone(), sync);
-        let sm = StateMachine::open(mvcc.clone(), syncer.clone())?;
+        let sm = StateMachine::open(mvcc.clone())?;
         let hub = sm.hub().clone();
         // etcd fragments watch responses at the request limit plus its gRPC overhead allowance.
         hub.configure(cluster_id, id, cfg.max_request_bytes as usize + crate::server::GRPC_OVERHEAD_BYTES);
@@ -314,6 +332,7 @@ impl Member {
             tasks: Mutex::new(Vec::new()),
             closing: tokio::sync::watch::channel(false).0,
             removed: tokio::sync::watch::channel(false).0,
+            ready: tokio::sync::watch::channel(false).0,
             hold,
             reconfig: tokio::sync::Mutex::new(()),
             token: cfg.initial_cluster_token.clone(),
@@ -433,10 +452,12 @@ impl Member {
     /// Proposes a command (forwarding it to the leader if need be), without the client-facing
     /// checks of [`Member::write`].
     pub async fn propose(&self, cmd: Command) -> Result<Reply> {
-        match tokio::time::timeout(self.request_timeout, self.write_or_forward(cmd, true)).await {
-            Err(_) => Err(self.timed_out()),
-            Ok(r) => r.map(|(reply, _)| reply),
-        }
+        self.propose_within_deadline(cmd, true).await.map(|(reply, _)| reply)
+    }
+
+    /// Proposes `cmd` within the request deadline; returns its reply and log index.
+    async fn propose_within_deadline(&self, cmd: Command, may_forward: bool) -> Result<(Reply, u64)> {
+        self.within_deadline(self.write_or_forward(cmd, may_forward)).await
     }
 
     /// Whether this member is a learner (it then serves only serializable reads and status).
@@ -550,12 +571,7 @@ impl Member {
     /// lease that the real leader lets expire, and the client would count on time it does not
     /// have.
     async fn renew_as_leader(self: &Arc<Self>, id: i64) -> Result<i64> {
-        let index = match self.leader_read_index().await {
-            LeaderRead::Index(i) => i,
-            LeaderRead::Forward(_) => return Err(Error::NotLeader),
-            LeaderRead::NoQuorum => return Err(Error::NoLeader),
-            LeaderRead::Stopped => return Err(Error::Stopped),
-        };
+        let index = self.leader_read_index().await.here()?;
         self.wait_applied(index, "lease renewal").await?;
         let (ttl, stale_checkpoint) = self.lessor.renew(self, id)?;
         if stale_checkpoint {
@@ -600,12 +616,7 @@ impl Member {
                 }
             }),
             Forwarded::Write(cmd) => ForwardReply::Write(self.write_or_forward(cmd, false).await),
-            Forwarded::ReadIndex => ForwardReply::ReadIndex(match self.leader_read_index().await {
-                LeaderRead::Index(i) => Ok(i),
-                LeaderRead::Forward(_) => Err(Error::NotLeader),
-                LeaderRead::NoQuorum => Err(Error::NoLeader),
-                LeaderRead::Stopped => Err(Error::Stopped),
-            }),
+            Forwarded::ReadIndex => ForwardReply::ReadIndex(self.leader_read_index().await.here()),
             Forwarded::Change(c) => ForwardReply::Change(self.change_here(c).await),
             Forwarded::Members => ForwardReply::Members(self.cluster_id, self.members()),
             Forwarded::Elect => ForwardReply::Done(self.raft.trigger().elect().await.map_err(|_| Error::Stopped)),
@@ -648,7 +659,7 @@ impl Member {
                 }
             }
         };
-        tokio::time::timeout(self.request_timeout, fut).await.unwrap_or_else(|_| Err(self.timed_out()))
+        self.within_deadline(fut).await
     }
 
     /// A membership change on this member, which must be the leader; checked as etcd checks it.
@@ -843,10 +854,27 @@ impl Member {
             let index = self.reads.join(move || m.read_index()).await?;
             self.wait_applied(index, "read barrier").await
         };
-        match tokio::time::timeout(self.request_timeout, barrier).await {
-            Err(_) => Err(self.timed_out()),
-            Ok(r) => r,
+        self.within_deadline(barrier).await
+    }
+
+    /// Resolves once this member is ready to answer clients (see `ready`), at once if it is, or
+    /// with `request timed out` after the request deadline.
+    pub async fn ready(&self) -> Result<()> {
+        if self.is_ready() {
+            return Ok(());
         }
+        let mut rx = self.ready.subscribe();
+        self.within_deadline(async { rx.wait_for(|r| *r).await.map(|_| ()).map_err(|_| Error::Stopped) }).await
+    }
+
+    /// Runs `fut` within the request deadline, failing with `request timed out` after it.
+    async fn within_deadline<T>(&self, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.request_timeout, fut).await.unwrap_or_else(|_| Err(self.timed_out()))
+    }
+
+    /// Whether this member is ready to answer clients.
+    fn is_ready(&self) -> bool {
+        *self.ready.borrow()
     }
 
     /// One ReadIndex round for this member's reads: the leader's commit index once a quorum
@@ -872,11 +900,15 @@ impl Member {
                 }
             }
         };
-        tokio::time::timeout(self.request_timeout, round).await.unwrap_or_else(|_| Err(self.timed_out()))
+        self.within_deadline(round).await
     }
 
     /// A ReadIndex round as the leader, shared with every other read that joined it.
     async fn leader_read_index(&self) -> LeaderRead {
+        // The commit index a leader restarts with may be behind what it committed before.
+        if self.ready().await.is_err() {
+            return LeaderRead::NoQuorum;
+        }
         let raft = self.raft.clone();
         let round = move || {
             let raft = raft.clone();
@@ -960,21 +992,32 @@ fn change_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> Error {
     }
 }
 
-/// Publishes this member's name and client URLs once a leader takes them (etcd's publish), and
-/// again after a restart if they changed.
+/// Publishes this member's name and client URLs through Raft once a leader takes them, on every
+/// start (etcd's publish), and marks the member ready once it has applied that entry: it was
+/// proposed after this start, so everything committed before it (and so everything this member
+/// or any other answered before a crash) is applied here by then. A member restarted as the
+/// leader of its old term has no new entry of its own to commit otherwise, and a commit index
+/// from before the crash that was never synced would let it answer reads without entries it had
+/// committed.
 async fn publish(member: Weak<Member>, attributes: Attributes) {
     loop {
         let Some(m) = member.upgrade() else { return };
-        if m.mvcc.read().registry().attributes.get(&m.id) == Some(&attributes) {
-            return;
-        }
         let cmd = Command::Publish { id: m.id, attributes: attributes.clone() };
-        match m.propose(cmd).await {
-            Ok(_) => return,
+        // A forwarded entry is applied on the leader first; this member is ready once it has
+        // applied it too.
+        let published = match m.propose_within_deadline(cmd, true).await {
+            Ok((_, index)) => m.wait_applied(index, "publish").await,
+            Err(e) => Err(e),
+        };
+        match published {
+            Ok(()) => {
+                m.ready.send_replace(true);
+                return;
+            }
             Err(e) => tracing::debug!("publishing member attributes: {e}"),
         }
         drop(m);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(NO_LEADER_RETRY).await;
     }
 }
 

@@ -14,9 +14,9 @@ use openraft::testing::{StoreBuilder, Suite};
 /// the binary), so the suite covers both ways an append is reported flushed.
 fn stores(engine: Arc<dyn Engine>, mode: SyncMode) -> (LogStore, StateMachine) {
     let mvcc = Arc::new(Mvcc::open(engine.clone()).expect("open mvcc"));
-    let syncer = Syncer::new(engine.clone(), mode);
+    let log = LogStore::new(engine.clone(), Syncer::new(engine, mode));
     // The suite applies synthetic entries with index gaps; a member refuses gaps.
-    (LogStore::new(engine, syncer.clone()), StateMachine::open(mvcc, syncer).expect("open state machine").allow_gaps())
+    (log, StateMachine::open(mvcc).expect("open state machine").allow_gaps())
 }
 
 struct MemBuilder;

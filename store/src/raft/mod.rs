@@ -3,7 +3,8 @@
 //! - [`log_store::LogStore`]: the Raft log and vote on the storage engine (prefixes `l`, `v`);
 //!   appends are synced before openraft is told they are flushed.
 //! - [`state_machine::StateMachine`]: applies committed commands to MVCC; the applied log id and
-//!   membership go into the same atomic, synced batch as the data, one batch per `apply` call.
+//!   membership go into the same atomic batch as the data, one batch per `apply` call, written
+//!   unsynced (the log is the durable record; see the module).
 //!
 //! Apply is deterministic: everything a command needs (the request, chosen ids) is in the entry.
 

@@ -1,10 +1,12 @@
 //! The state machine: applies committed commands to MVCC.
 //!
 //! Durability: one `apply` call is one atomic engine batch holding every entry's data, the
-//! applied log id and the membership; it is durable before `apply` returns, so no reply leaves
-//! before its write is durable. The batch is written unsynced and then waits for the
-//! [`Syncer`], whose one sync also covers the Raft log entries appended meanwhile (group commit:
-//! one sync per round, not per entry nor per batch).
+//! applied log id and the membership. It is written without sync: the entries are committed, so
+//! they are durable in the Raft log (on this member's and a quorum's), and a crash that loses the
+//! batch only means applying them again at restart, from the applied id the engine kept (the
+//! engine keeps writes in order, so a batch survives only with every batch before it). Until
+//! that replay is done the member answers no client (`Member::ready`). As etcd, which commits
+//! its bbolt backend in the background and replays its WAL at start.
 //! Applied indexes are checked to be contiguous. A failure that is not a deterministic refusal
 //! (an engine error) is returned to openraft as a storage error, which stops the member rather
 //! than letting replicas diverge.
@@ -17,7 +19,7 @@ use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snaps
 use parking_lot::Mutex;
 
 use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
-use crate::engine::{Batch, Pair, Syncer};
+use crate::engine::{Batch, Pair};
 use crate::error::{Error, Result};
 use crate::mvcc::{keys, kv, lease, registry, ApplyBatch, Mvcc};
 use crate::watch::Hub;
@@ -44,10 +46,8 @@ struct StoredSnapshot {
 #[derive(Clone)]
 pub struct StateMachine {
     mvcc: Arc<Mvcc>,
-    /// Receives every applied revision after its batch is durable.
+    /// Receives every applied revision once its batch is applied.
     hub: Arc<Hub>,
-    /// Makes applied batches durable, together with whatever else was written meanwhile.
-    syncer: Syncer,
     applied: Arc<Mutex<AppliedState>>,
     snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_seq: Arc<Mutex<u64>>,
@@ -108,13 +108,12 @@ fn is_deterministic(e: &Error) -> bool {
 
 impl StateMachine {
     /// Opens the state machine over `mvcc`, reading the applied log id and membership.
-    pub fn open(mvcc: Arc<Mvcc>, syncer: Syncer) -> Result<Self> {
+    pub fn open(mvcc: Arc<Mvcc>) -> Result<Self> {
         let last = read_meta::<LogId>(&mvcc, APPLIED)?;
         let membership = read_meta::<Membership>(&mvcc, MEMBERSHIP)?.unwrap_or_default();
         Ok(Self {
             hub: Arc::new(Hub::new(mvcc.clone())),
             mvcc,
-            syncer,
             applied: Arc::new(Mutex::new(AppliedState { last, membership })),
             snapshot: Arc::new(Mutex::new(None)),
             snapshot_seq: Arc::new(Mutex::new(0)),
@@ -254,7 +253,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: Send,
     {
         let (replies, revisions) = self.apply_entries(entries)?;
-        self.syncer.sync().await.map_err(|e| io_err(Error::Io(e), ErrorSubject::StateMachine, ErrorVerb::Write))?;
         self.hub.publish(&revisions);
         Ok(replies)
     }

@@ -72,6 +72,7 @@ type Gw = Arc<Gateway>;
 /// headers on every answer.
 pub fn router(member: Arc<Member>) -> Router {
     let max_recv = member.limits.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+    let gate = member.clone();
     let gw = Arc::new(Gateway {
         kv: KvService::new(member.clone()),
         lease: LeaseService::new(member.clone()),
@@ -124,6 +125,7 @@ pub fn router(member: Arc<Member>) -> Router {
         router = router.route(&format!("{prefix}/{{*rest}}"), any(not_found));
     }
     router
+        .layer(axum::middleware::from_fn_with_state(gate, ready_gate))
         .layer(axum::middleware::map_response(cors))
         // Room for a request of gRPC's largest size in JSON (base64 and escapes).
         .layer(DefaultBodyLimit::max(8 * max_recv))
@@ -150,6 +152,18 @@ const UNSERVED: [(&str, &str); 16] = [
     ("/auth/role/grant", "Auth.RoleGrantPermission"),
     ("/auth/role/revoke", "Auth.RoleRevokePermission"),
 ];
+
+/// Holds every gateway call until the member is ready, as the gRPC calls.
+async fn ready_gate(
+    State(member): State<Arc<Member>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match super::wait_ready(&member).await {
+        Ok(()) => next.run(req).await,
+        Err(s) => error_reply(&s),
+    }
+}
 
 /// A unary call: decode the body, call the service, encode its answer (or its error).
 fn unary<Req, Resp, F, Fut>(call: F) -> MethodRouter<Gw>

@@ -91,6 +91,24 @@ async fn learner_gate(
     next.run(req).await
 }
 
+/// Waits until the member is ready to answer clients (`Member::ready`): like etcd, which serves
+/// no client before it has caught up with its log after a start.
+async fn wait_ready(member: &Member) -> Result<(), Status> {
+    member.ready().await.map_err(status)
+}
+
+/// Holds every gRPC call until the member is ready.
+async fn ready_gate(
+    axum::extract::State(member): axum::extract::State<Arc<Member>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match wait_ready(&member).await {
+        Ok(()) => next.run(req).await,
+        Err(s) => s.into_http(),
+    }
+}
+
 /// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
@@ -139,6 +157,7 @@ pub fn client_router(member: Arc<Member>) -> axum::Router {
         .add_service(watch)
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
+        .layer(axum::middleware::from_fn_with_state(member.clone(), ready_gate))
         .layer(axum::middleware::from_fn_with_state(member.clone(), metrics::count_grpc))
         .merge(http::router(member.clone()))
         .merge(metrics::router(member.clone()))

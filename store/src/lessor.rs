@@ -3,7 +3,10 @@
 //! The lease table itself is replicated state (`mvcc::lease`); time is not. Only the leader keeps
 //! expiry deadlines, in memory: when it becomes leader (a new term) it forgets any old deadlines
 //! and gives every lease its full remaining time again — the checkpointed remaining TTL if there
-//! is one, else the granted TTL — so nothing expires because of an election. An expired lease
+//! is one, else the granted TTL — so nothing expires because of an election. It starts them
+//! only once it has applied every entry its predecessors committed: a keep-alive clears a
+//! checkpointed remaining TTL through Raft before it is acknowledged, and a new leader that
+//! started from the stale value would expire a lease its client had just renewed. An expired lease
 //! becomes a `LeaseRevoke` Raft entry, so every member deletes the same keys at the same
 //! revision. Every [`CHECKPOINT_INTERVAL`], and when the member shuts down, the leader records
 //! the remaining TTLs through Raft (`LeaseCheckpoint`), so a restart does not reset long leases.
@@ -38,6 +41,10 @@ const CHECKPOINT_BATCH: usize = 1000;
 struct Deadlines {
     /// The term these deadlines belong to; None when not leader.
     term: Option<u64>,
+    /// The last log index when this member saw itself lead `term`. Every entry committed by an
+    /// earlier leader is at or below it; until it is applied the lease table may still hold
+    /// remaining TTLs that a later entry cleared, so no deadline is started from it.
+    settles_at: u64,
     expiry: HashMap<i64, Instant>,
     /// Leases whose revoke is being proposed.
     revoking: HashSet<i64>,
@@ -56,6 +63,11 @@ impl Deadlines {
     fn deadline(&mut self, id: i64, r: &LeaseRecord, now: Instant) -> Instant {
         *self.expiry.entry(id).or_insert_with(|| now + fresh_ttl(r))
     }
+}
+
+/// Every lease in the table, with its record.
+fn lease_records(m: &Member) -> Vec<(i64, LeaseRecord)> {
+    m.mvcc.read().leases().iter().map(|(id, l)| (id, l.record)).collect()
 }
 
 /// The TTL a lease gets again when a leader (re)starts its timer.
@@ -89,17 +101,25 @@ impl Lessor {
     /// Brings the deadlines in line with this member's role: a new term as leader starts every
     /// lease afresh; a follower keeps none.
     fn sync_role(&self, m: &Member) -> parking_lot::MutexGuard<'_, Deadlines> {
-        let term = {
+        let (term, last_log) = {
             let rx = m.raft.metrics();
             let mt = rx.borrow();
-            (mt.state == ServerState::Leader && mt.current_leader == Some(m.id)).then_some(mt.current_term)
+            let leads = mt.state == ServerState::Leader && mt.current_leader == Some(m.id);
+            (leads.then_some(mt.current_term), mt.last_log_index.unwrap_or(0))
         };
         let mut d = self.deadlines.lock();
         if d.term != term {
             d.term = term;
+            d.settles_at = last_log;
             d.expiry.clear();
         }
         d
+    }
+
+    /// Whether this leader has applied everything its predecessors committed (see
+    /// `Deadlines::settles_at`), so the lease table's remaining TTLs can start deadlines.
+    fn settled(d: &Deadlines, m: &Member) -> bool {
+        m.raft.metrics().borrow().last_applied.map_or(0, |l| l.index) >= d.settles_at
     }
 
     /// Renews a lease (a keep-alive); returns its granted TTL, and whether a checkpointed
@@ -138,6 +158,9 @@ impl Lessor {
     pub fn remaining(&self, m: &Member, id: i64, record: &LeaseRecord) -> Option<Duration> {
         let mut d = self.sync_role(m);
         d.term?;
+        if !d.expiry.contains_key(&id) && !Self::settled(&d, m) {
+            return Some(fresh_ttl(record));
+        }
         let now = Instant::now();
         let at = d.deadline(id, record, now);
         Some(at.saturating_duration_since(now))
@@ -153,11 +176,12 @@ impl Lessor {
 
     /// One expiry pass: proposes a revoke for every expired lease.
     fn expire(&self, m: &Arc<Member>) {
-        let leases: Vec<(i64, LeaseRecord)> = m.mvcc.read().leases().iter().map(|(id, l)| (id, l.record)).collect();
         let mut d = self.sync_role(m);
-        if d.term.is_none() {
+        if d.term.is_none() || !Self::settled(&d, m) {
             return;
         }
+        // Read after the settled check: the table then holds every predecessor's entry.
+        let leases = lease_records(m);
         let now = Instant::now();
         let live: HashSet<i64> = leases.iter().map(|(id, _)| *id).collect();
         d.expiry.retain(|id, _| live.contains(id));
@@ -172,7 +196,7 @@ impl Lessor {
         for id in due {
             let m = m.clone();
             tokio::spawn(async move {
-                let _ = m.write(Command::LeaseRevoke(Proto(LeaseRevokeRequest { id }))).await;
+                let _ = m.propose_as_leader(Command::LeaseRevoke(Proto(LeaseRevokeRequest { id }))).await;
                 m.lessor.deadlines.lock().revoking.remove(&id);
             });
         }
@@ -180,13 +204,13 @@ impl Lessor {
 
     /// Records every lease's remaining TTL through Raft (leader only).
     pub async fn checkpoint(&self, m: &Member) {
-        let leases: Vec<(i64, LeaseRecord)> = m.mvcc.read().leases().iter().map(|(id, l)| (id, l.record)).collect();
         let mut cps = Vec::new();
         {
             let mut d = self.sync_role(m);
-            if d.term.is_none() {
+            if d.term.is_none() || !Self::settled(&d, m) {
                 return;
             }
+            let leases = lease_records(m);
             let now = Instant::now();
             for (id, r) in &leases {
                 let at = d.deadline(*id, r, now);
@@ -198,7 +222,7 @@ impl Lessor {
         }
         for chunk in cps.chunks(CHECKPOINT_BATCH) {
             let req = LeaseCheckpointRequest { checkpoints: chunk.to_vec() };
-            if m.write(Command::LeaseCheckpoint(Proto(req))).await.is_err() {
+            if m.propose_as_leader(Command::LeaseCheckpoint(Proto(req))).await.is_err() {
                 return;
             }
         }

@@ -455,6 +455,14 @@ impl Member {
         self.propose_within_deadline(cmd, true).await.map(|(reply, _)| reply)
     }
 
+    /// Proposes `cmd` only while this member leads (`not leader` otherwise, never forwarded): for
+    /// the lessor's own decisions, expiries and TTL checkpoints, which belong to the term that
+    /// made them. Forwarded, a deposed leader's revoke would reach a new leader that has since
+    /// renewed the lease for its client.
+    pub async fn propose_as_leader(&self, cmd: Command) -> Result<Reply> {
+        self.propose_within_deadline(cmd, false).await.map(|(reply, _)| reply)
+    }
+
     /// Proposes `cmd` within the request deadline; returns its reply and log index.
     async fn propose_within_deadline(&self, cmd: Command, may_forward: bool) -> Result<(Reply, u64)> {
         self.within_deadline(self.write_or_forward(cmd, may_forward)).await
@@ -501,8 +509,8 @@ impl Member {
                         Ok(ForwardReply::Write(Err(e))) => return Err(e),
                         Ok(_) => return Err(unexpected_reply()),
                     },
-                    Some(_) => return Err(Error::NotLeader),
-                    None => tokio::time::sleep(NO_LEADER_RETRY).await,
+                    None if may_forward => tokio::time::sleep(NO_LEADER_RETRY).await,
+                    _ => return Err(Error::NotLeader),
                 },
                 Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
                     return Err(Error::Io(e.to_string()))

@@ -27,6 +27,7 @@ use crate::mvcc::registry::Attributes;
 use crate::mvcc::{Mvcc, View};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{decode, encode, Dialer, Peers};
+use crate::raft::proposals::Proposals;
 use crate::raft::state_machine::{needs_space, StateMachine};
 use crate::raft::{Command, Proto, Raft, Reply};
 use crate::rounds::Rounds;
@@ -94,6 +95,8 @@ pub struct Member {
     pub cluster_id: u64,
     pub name: String,
     pub raft: Raft,
+    /// Writes proposed on this member as the leader, batched while one is in flight.
+    proposals: Proposals,
     pub mvcc: Arc<Mvcc>,
     pub hub: Arc<Hub>,
     pub lessor: Lessor,
@@ -322,6 +325,7 @@ impl Member {
             cluster_id,
             name: cfg.name.clone(),
             lessor: Lessor::new(id, cfg.heartbeat_interval_ms, cfg.election_timeout_ms),
+            proposals: Proposals::new(raft.clone(), cfg.max_request_bytes as usize),
             raft,
             mvcc,
             hub,
@@ -492,8 +496,8 @@ impl Member {
     /// crash of this member).
     async fn write_or_forward(&self, cmd: Command, may_forward: bool) -> Result<(Reply, u64)> {
         loop {
-            match self.raft.client_write(cmd.clone()).await {
-                Ok(resp) => return resp.data.0.map(|reply| (reply, resp.log_id.index)),
+            match self.proposals.write(cmd.clone()).await {
+                Ok((applied, index)) => return applied.0.map(|reply| (reply, index)),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
                     Some(node) if may_forward => match self.forward(&node.addr, Forwarded::Write(cmd.clone())).await {
                         // The leader is unreachable, or no longer leads (this member's view is

@@ -12,6 +12,7 @@
 #[allow(clippy::result_large_err)]
 pub mod log_store;
 pub mod network;
+pub mod proposals;
 pub mod runtime;
 #[allow(clippy::result_large_err)]
 pub mod state_machine;
@@ -89,6 +90,30 @@ pub enum Command {
     },
     /// etcd's Alarm request (get, raise, clear).
     Alarm(Proto<AlarmRequest>),
+    /// Writes proposed together as one entry (see `proposals`): applied in order, each as if
+    /// it had an entry of its own, answered with a `Reply::Batch` of their replies.
+    Batch(Vec<Command>),
+}
+
+impl Command {
+    /// About how many bytes the command takes in a log entry (to size batches).
+    pub fn encoded_len(&self) -> usize {
+        use prost::Message;
+        match self {
+            Command::Put(Proto(m)) => m.encoded_len(),
+            Command::DeleteRange(Proto(m)) => m.encoded_len(),
+            Command::Txn(Proto(m)) => m.encoded_len(),
+            Command::Compact(Proto(m)) => m.encoded_len(),
+            Command::LeaseGrant(Proto(m)) => m.encoded_len(),
+            Command::LeaseRevoke(Proto(m)) => m.encoded_len(),
+            Command::LeaseCheckpoint(Proto(m)) => m.encoded_len(),
+            Command::Publish { attributes, .. } => {
+                16 + attributes.name.len() + attributes.client_urls.iter().map(|u| u.len() + 8).sum::<usize>()
+            }
+            Command::Alarm(Proto(m)) => m.encoded_len(),
+            Command::Batch(cmds) => cmds.iter().map(|c| c.encoded_len() + 8).sum(),
+        }
+    }
 }
 
 /// What applying one entry produced.
@@ -104,6 +129,8 @@ pub enum Reply {
     LeaseRevoke(Proto<LeaseRevokeResponse>),
     LeaseCheckpoint(Proto<LeaseCheckpointResponse>),
     Alarm(Proto<AlarmResponse>),
+    /// A `Command::Batch`'s replies, in its order.
+    Batch(Vec<Applied>),
 }
 
 /// The reply to a command: a deterministic refusal is as much an outcome as a success.
@@ -122,6 +149,7 @@ impl fmt::Display for Command {
             Command::LeaseCheckpoint(_) => f.write_str("lease_checkpoint"),
             Command::Publish { .. } => f.write_str("publish"),
             Command::Alarm(_) => f.write_str("alarm"),
+            Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
         }
     }
 }

@@ -97,6 +97,16 @@ pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Err
             Reply::None
         }
         Command::Alarm(Proto(a)) => Reply::Alarm(Proto(registry::alarm(batch, a))),
+        Command::Batch(cmds) => {
+            let mut replies = Vec::with_capacity(cmds.len());
+            for cmd in cmds {
+                match apply_command(batch, cmd) {
+                    Err(e) if !is_deterministic(&e) => return Err(e),
+                    r => replies.push(Applied(r)),
+                }
+            }
+            Reply::Batch(replies)
+        }
     })
 }
 

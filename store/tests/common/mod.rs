@@ -458,24 +458,48 @@ pub async fn join(member: &mut Server, members: &[&Server]) {
     member.respawn().await;
 }
 
+/// How many times a cluster is started on fresh ports when a member found its port taken.
+const PORT_ATTEMPTS: usize = 3;
+
 /// Like [`start_cluster`], appending `extra_args` to every member's command line.
+///
+/// Ports come from `127.0.0.1:0` and are released before the members bind them; meanwhile the
+/// first members' outgoing connections (to peers not up yet) take ephemeral ports from the same
+/// range and can take a later member's. A member that fails with "Address already in use" gets
+/// the whole cluster started again on fresh ports; any other failure fails the test.
 pub async fn start_cluster_with(kind: Kind, n: usize, extra_args: &[&str]) -> Vec<Server> {
-    let mut members: Vec<Server> = (1..=n).map(|i| unstarted(kind, &format!("m{i}"), extra_args)).collect();
-    let initial: Vec<String> = members.iter().map(Server::initial_cluster_entry).collect();
-    for m in &mut members {
-        m.initial_cluster = Some(initial.join(","));
-        m.spawn();
-    }
-    for m in &mut members {
-        if let Err(why) = m.wait_ready().await {
-            let log = m.log();
-            panic!(
-                "{} {} did not start: {why}\n--- last lines of its log ---\n{}",
-                kind.name(),
-                m.name,
-                tail(&log, 40)
-            );
+    let mut attempt = 1;
+    loop {
+        let mut members: Vec<Server> = (1..=n).map(|i| unstarted(kind, &format!("m{i}"), extra_args)).collect();
+        let initial: Vec<String> = members.iter().map(Server::initial_cluster_entry).collect();
+        for m in &mut members {
+            m.initial_cluster = Some(initial.join(","));
+            m.spawn();
         }
+        let mut port_taken = false;
+        for m in &mut members {
+            if let Err(why) = m.wait_ready().await {
+                let log = m.log();
+                if log.contains("Address already in use") && attempt < PORT_ATTEMPTS {
+                    eprintln!(
+                        "{} {}: its port was taken; the cluster starts again on fresh ports",
+                        kind.name(),
+                        m.name
+                    );
+                    port_taken = true;
+                    break;
+                }
+                panic!(
+                    "{} {} did not start: {why}\n--- last lines of its log ---\n{}",
+                    kind.name(),
+                    m.name,
+                    tail(&log, 40)
+                );
+            }
+        }
+        if !port_taken {
+            return members;
+        }
+        attempt += 1;
     }
-    members
 }

@@ -101,6 +101,35 @@ impl AuthError {
     }
 }
 
+impl AuthError {
+    /// The text of etcd 3.4's own auth-store error (`auth/store.go`), which reaches a client
+    /// as is, with code Unknown, where etcd skips its gRPC mapping: the admin check on
+    /// Defragment, Snapshot, Hash and HashKV.
+    pub fn store_message(self) -> &'static str {
+        use AuthError::*;
+        match self {
+            RootUserNotExist => "auth: root user does not exist",
+            RootRoleNotExist => "auth: root user does not have root role",
+            UserAlreadyExist => "auth: user already exists",
+            UserEmpty => "auth: user name is empty",
+            UserNotFound => "auth: user not found",
+            RoleAlreadyExist => "auth: role already exists",
+            RoleNotFound => "auth: role not found",
+            RoleEmpty => "auth: role name is empty",
+            AuthFailed => "auth: authentication failed, invalid user ID or password",
+            PermissionDenied => "auth: permission denied",
+            RoleNotGranted => "auth: role is not granted to the user",
+            PermissionNotGranted => "auth: permission is not granted to the role",
+            AuthNotEnabled => "auth: authentication is not enabled",
+            InvalidAuthToken => "auth: invalid auth token",
+            InvalidAuthMgmt => "auth: invalid auth management",
+            AuthOldRevision => "auth: revision in header is old",
+            NoPasswordUser => "auth: authentication failed, password was given for no password user",
+            PermissionNotGiven => "auth: permission not given",
+        }
+    }
+}
+
 pub type Result<T, E = AuthError> = std::result::Result<T, E>;
 
 #[cfg(test)]

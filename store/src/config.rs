@@ -57,6 +57,10 @@ pub struct Config {
     pub listen_metrics_urls: Vec<String>,
     /// debug, info, warn, error, panic or fatal.
     pub log_level: String,
+    /// How long an auth token lives after its issue or last use (`--auth-token-ttl`).
+    pub auth_token_ttl: std::time::Duration,
+    /// bcrypt's cost for password hashes (`--bcrypt-cost`, 4 to 31).
+    pub bcrypt_cost: u32,
     /// etcd flags that were given but that keel does not act on (yet), for the start-up warning.
     pub ignored: Vec<String>,
 }
@@ -103,18 +107,18 @@ const ACTED: &[(&str, &str, &str)] = &[
         "Raise an alarm when the backend size exceeds the given quota (0 defaults to 2 GiB; negative disables).",
     ),
     ("listen-metrics-urls", "", "List of additional URLs to listen on that serve /metrics and /health."),
+    ("auth-token", "simple", "Specify auth token specific options (keel serves 'simple' tokens)."),
+    ("auth-token-ttl", "300", "The lifetime in seconds of the auth token."),
+    ("bcrypt-cost", "10", "Specify bcrypt algorithm cost factor for auth password hashing."),
 ];
 
 /// etcd 3.5 flags taking a value that keel accepts but does not act on yet.
 const IGNORED_VALUED: &[&str] = &[
-    "auth-token",
-    "auth-token-ttl",
     "auto-compaction-mode",
     "auto-compaction-retention",
     "backend-batch-interval",
     "backend-batch-limit",
     "backend-bbolt-freelist-type",
-    "bcrypt-cost",
     "cert-file",
     "cipher-suites",
     "client-cert-allowed-hostname",
@@ -305,6 +309,20 @@ impl Config {
         if !["debug", "info", "warn", "error", "panic", "fatal"].contains(&log_level.as_str()) {
             return Err(format!("invalid value {log_level:?} for flag --log-level"));
         }
+        let auth_token = m.get_one::<String>("auth-token").cloned().unwrap_or_default();
+        match auth_token.split(',').next().unwrap_or_default() {
+            "simple" => {}
+            "jwt" => return Err("--auth-token jwt: keel issues simple tokens only (use --auth-token simple)".into()),
+            other => return Err(format!("invalid value {other:?} for flag --auth-token: unknown token type")),
+        }
+        let bcrypt_cost: u32 = number(&m, "bcrypt-cost")?;
+        if !(keel_auth::MIN_BCRYPT_COST..=keel_auth::MAX_BCRYPT_COST).contains(&bcrypt_cost) {
+            return Err(format!(
+                "invalid value {bcrypt_cost} for flag --bcrypt-cost: must be between {} and {}",
+                keel_auth::MIN_BCRYPT_COST,
+                keel_auth::MAX_BCRYPT_COST
+            ));
+        }
         let mut ignored: Vec<String> = IGNORED_VALUED
             .iter()
             .chain(IGNORED_BOOL)
@@ -336,6 +354,8 @@ impl Config {
             },
             listen_metrics_urls: list(&m, "listen-metrics-urls"),
             log_level,
+            auth_token_ttl: std::time::Duration::from_secs(number(&m, "auth-token-ttl")?),
+            bcrypt_cost,
             ignored,
         })))
     }

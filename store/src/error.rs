@@ -75,6 +75,10 @@ pub enum Error {
     /// The storage engine failed (disk full, I/O error).
     #[error("keel: storage: {0}")]
     Io(String),
+    /// An authentication or authorization failure, with etcd's message (and gRPC code, see
+    /// `keel_auth::AuthError::grpc_code`).
+    #[error("{0}")]
+    Auth(#[from] keel_auth::AuthError),
     /// A feature a client reached that this build does not have yet.
     #[error("{0}")]
     Unimplemented(String),

@@ -196,7 +196,7 @@ impl Lessor {
         for id in due {
             let m = m.clone();
             tokio::spawn(async move {
-                let _ = m.propose_as_leader(Command::LeaseRevoke(Proto(LeaseRevokeRequest { id }))).await;
+                let _ = m.propose_as_leader(Command::LeaseExpire(Proto(LeaseRevokeRequest { id }))).await;
                 m.lessor.deadlines.lock().revoking.remove(&id);
             });
         }

@@ -7,6 +7,7 @@
 //! flags; [`membership`] the Cluster service's view of Raft membership; [`node`] puts a member
 //! together.
 
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use keel_auth::{AuthError, AuthInfo};
 use keel_proto::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest, AlarmType, ResponseHeader};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use tokio::task::JoinHandle;
 
+use crate::auth::Tokens;
 use crate::config::{ClusterState, Config};
 use crate::engine::{Engine, SyncMode, Syncer};
 use crate::error::{Error, Result};
@@ -99,6 +101,10 @@ pub struct Member {
     proposals: Proposals,
     pub mvcc: Arc<Mvcc>,
     pub hub: Arc<Hub>,
+    /// Auth tokens this member has registered (shared with its state machine).
+    pub tokens: Arc<Tokens>,
+    /// bcrypt's cost for the password hashes this member makes (`--bcrypt-cost`).
+    pub bcrypt_cost: u32,
     pub lessor: Lessor,
     pub limits: Limits,
     /// How long a request may wait for Raft before answering `etcdserver: request timed out`.
@@ -293,6 +299,8 @@ impl Member {
         let syncer = Syncer::new(engine.clone(), sync);
         let sm = StateMachine::open(mvcc.clone())?;
         let hub = sm.hub().clone();
+        let tokens = sm.tokens().clone();
+        tokens.set_ttl(cfg.auth_token_ttl);
         // etcd fragments watch responses at the request limit plus its gRPC overhead allowance.
         hub.configure(cluster_id, id, cfg.max_request_bytes as usize + crate::server::GRPC_OVERHEAD_BYTES);
         let log = LogStore::new(engine.clone(), syncer);
@@ -329,6 +337,8 @@ impl Member {
             raft,
             mvcc,
             hub,
+            tokens,
+            bcrypt_cost: cfg.bcrypt_cost,
             limits: Limits { max_request_bytes: cfg.max_request_bytes, max_txn_ops: cfg.max_txn_ops },
             request_timeout,
             engine,
@@ -936,6 +946,33 @@ impl Member {
             }
         };
         self.leader_reads.join(round).await
+    }
+
+    /// Who a client is, from the token in its request metadata (`token`, or `authorization` as
+    /// etcd's gateway passes it): no user without a token. As etcd, a token is looked up only
+    /// once this member has applied the Authenticate entry that issued it (the index in its
+    /// name), so it works on every member; one that is unknown, expired or malformed is
+    /// `invalid auth token`. The auth revision is the one this member has applied.
+    pub async fn auth_info(&self, md: &tonic::metadata::MetadataMap) -> Result<AuthInfo> {
+        let Some(token) = md.get("token").or_else(|| md.get("authorization")) else {
+            return Ok(AuthInfo::default());
+        };
+        let invalid = || Error::Auth(AuthError::InvalidAuthToken);
+        let token = token.to_str().map_err(|_| invalid())?;
+        let index = keel_auth::token_index(token).ok_or_else(invalid)?;
+        let applied = self.wait_applied(index, "auth token");
+        if tokio::time::timeout(self.request_timeout, applied).await.is_err() {
+            return Err(invalid());
+        }
+        let view = self.mvcc.read();
+        Ok(self.tokens.with(|t, now| view.auth().auth_info(t, token, now))?)
+    }
+
+    /// Whether the client the metadata names may manage the cluster (root role) while auth is
+    /// on: etcd's check on defragment, snapshot, the hashes and membership changes.
+    pub async fn check_admin(&self, md: &tonic::metadata::MetadataMap) -> Result<()> {
+        let who = self.auth_info(md).await?;
+        Ok(self.mvcc.read().auth().is_admin_permitted(&who)?)
     }
 
     /// The current Raft term.

@@ -5,6 +5,8 @@
 //!   write on every member, with identical contents and HashKV at the same revision;
 //! - membership with etcdctl: a fourth member added as a learner after thousands of writes with
 //!   the log purged catches up through a snapshot, is promoted, and the leader is removed;
+//! - auth on 3 members: users and roles made through one member hold on all, a token issued
+//!   through one works on every member, and all of it survives a crash of every member;
 //! - etcdctl's cluster commands: endpoint status/health/hashkv --cluster, member list, snapshot
 //!   save, defrag, alarm list, move-leader (`check perf` has its own file, `check_perf.rs`).
 //!
@@ -18,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use common::etcdctl::run as etcdctl;
 use common::{join, new_member, start_cluster, start_cluster_with, Kind, Server};
+use keel_proto::etcdserverpb::auth_client::AuthClient;
 use keel_proto::etcdserverpb::kv_client::KvClient;
-use keel_proto::etcdserverpb::{HashKvRequest, PutRequest, RangeRequest, StatusRequest};
+use keel_proto::etcdserverpb::{AuthenticateRequest, HashKvRequest, PutRequest, RangeRequest, StatusRequest};
 use serde_json::Value;
 use tonic::transport::Channel;
 
@@ -435,4 +438,81 @@ async fn repeated_random_kills_lose_nothing() {
     }
     assert!(acked.len() >= 6 * 30, "seed {seed}: only {} writes acknowledged", acked.len());
     assert_hashes_agree(&all, rev).await;
+}
+
+/// Runs etcdctl against `server` and insists on failure; returns stderr.
+async fn refused(server: &Server, args: &[&str]) -> String {
+    let (code, out, err) = etcdctl(server, args, DEADLINE).await;
+    assert_ne!(code, Some(0), "etcdctl {args:?} succeeded:\n{out}");
+    err
+}
+
+/// A KV range with `token` in the request metadata, as etcd's clients send it.
+async fn range_with_token(m: &Server, token: &str, key: &str) -> Result<usize, tonic::Status> {
+    let mut req = tonic::Request::new(RangeRequest { key: key.to_string().into_bytes().into(), ..Default::default() });
+    req.metadata_mut().insert("token", token.parse().expect("token is ascii"));
+    Ok(m.kv().await.range(req).await?.into_inner().kvs.len())
+}
+
+/// Auth across members: users, roles and enablement made through one member hold on every
+/// member; a token issued through one member works on the others (each looks it up once it has
+/// applied the Authenticate entry); and after every member is SIGKILLed and restarted, auth is
+/// still on with its users and roles, while the members have forgotten the old token.
+#[tokio::test]
+async fn auth_holds_on_every_member_and_across_a_crash_of_all() {
+    let mut members = start_cluster_with(Kind::under_test(), 3, &["--bcrypt-cost=4"]).await;
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "alice:alicepw"],
+        &["role", "add", "reader"],
+        &["role", "grant-permission", "reader", "read", "foo/", "--prefix=true"],
+        &["user", "grant-role", "alice", "reader"],
+        &["auth", "enable"],
+    ] {
+        ok(&members[0], args).await;
+    }
+    ok(&members[1], &["--user", "root:rootpw", "put", "foo/a", "1"]).await;
+    for m in &members {
+        let out = ok(m, &["--user", "alice:alicepw", "get", "foo/a"]).await;
+        assert_eq!(out.lines().collect::<Vec<_>>(), ["foo/a", "1"], "{}", m.name());
+        let err = refused(m, &["--user", "alice:alicepw", "put", "foo/a", "2"]).await;
+        assert!(err.contains("etcdserver: permission denied"), "{}: {err}", m.name());
+        let err = refused(m, &["get", "foo/a"]).await;
+        assert!(err.contains("etcdserver: user name is empty"), "{}: {err}", m.name());
+    }
+
+    let mut auth = AuthClient::new(members[2].channel().await);
+    let login = AuthenticateRequest { name: "alice".into(), password: "alicepw".into() };
+    let token = auth.authenticate(login).await.expect("authenticate").into_inner().token;
+    for m in &members {
+        assert_eq!(range_with_token(m, &token, "foo/a").await.map_err(|s| s.to_string()), Ok(1), "{}", m.name());
+        let denied = range_with_token(m, &token, "bar").await.expect_err("alice may not read bar");
+        assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{}: {denied}", m.name());
+    }
+
+    for m in members.iter_mut() {
+        m.kill9();
+    }
+    futures::future::join_all(members.iter_mut().map(|m| m.respawn())).await;
+    for m in &members {
+        // Until a leader is elected the refusal may be another (no leader, timed out).
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let err = refused(m, &["get", "foo/a"]).await;
+            if err.contains("etcdserver: user name is empty") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}: {err}", m.name());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let forgotten = range_with_token(&members[0], &token, "foo/a").await.expect_err("old token");
+    assert_eq!(forgotten.code(), tonic::Code::Unauthenticated, "{forgotten}");
+    assert_eq!(forgotten.message(), "etcdserver: invalid auth token");
+    for m in &members {
+        let out = ok(m, &["--user", "alice:alicepw", "get", "foo/a"]).await;
+        assert_eq!(out.lines().collect::<Vec<_>>(), ["foo/a", "1"], "{}", m.name());
+    }
+    let roles = ok(&members[1], &["--user", "root:rootpw", "user", "get", "alice"]).await;
+    assert_eq!(roles.lines().collect::<Vec<_>>(), ["User: alice", "Roles: reader"]);
 }

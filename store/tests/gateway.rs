@@ -45,6 +45,11 @@ struct Exchange {
 
 impl Exchange {
     async fn open(server: &Server, method: &str, path: &str, body: &str) -> Exchange {
+        Exchange::open_with(server, method, path, body, None).await
+    }
+
+    /// As [`Exchange::open`], with an `Authorization` header carrying `token` if given.
+    async fn open_with(server: &Server, method: &str, path: &str, body: &str, token: Option<&str>) -> Exchange {
         let stream = TcpStream::connect(("127.0.0.1", server.client_port())).await.expect("connect");
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
         tokio::spawn(conn);
@@ -52,9 +57,12 @@ impl Exchange {
             .method(method)
             .uri(path)
             .header("host", format!("127.0.0.1:{}", server.client_port()))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
+            .header("content-type", "application/json");
+        let req = match token {
+            Some(t) => req.header("authorization", t),
+            None => req,
+        };
+        let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
         let resp = tokio::time::timeout(ANSWER_DEADLINE, sender.send_request(req))
             .await
             .unwrap_or_else(|_| panic!("{}: no answer to {method} {path} in time", server.kind().name()))
@@ -238,7 +246,48 @@ impl<'a> Script<'a> {
         .await;
 
         self.watches().await;
+        self.auth().await;
         self.answers
+    }
+
+    /// Auth through the gateway, last (it leaves auth on): users and roles, enable, a login,
+    /// and reads without and with the token in the `Authorization` header.
+    async fn auth(&mut self) {
+        self.post("/v3/auth/user/add", r#"{"name":"root","password":"rootpw"}"#).await;
+        self.post("/v3/auth/user/add", r#"{"name":"alice","password":"alicepw"}"#).await;
+        self.post("/v3/auth/role/add", r#"{"name":"reader"}"#).await;
+        self.post("/v3/auth/role/grant", r#"{"name":"reader","perm":{"permType":"READ","key":"Zm9v"}}"#).await;
+        self.post("/v3/auth/user/grant", r#"{"user":"alice","role":"reader"}"#).await;
+        self.post("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#).await;
+        self.post("/v3/auth/enable", "{}").await;
+        self.post("/v3/auth/authenticate", r#"{"name":"alice","password":"wrong"}"#).await;
+        let alice = r#"{"name":"alice","password":"alicepw"}"#;
+        let login = self.call_masked("POST", "/v3/auth/authenticate", alice, &["token"]).await;
+        let token =
+            login.split("\"token\":\"").nth(1).and_then(|t| t.split('"').next()).unwrap_or_default().to_string();
+        self.post("/v3/kv/range", r#"{"key":"Zm9v"}"#).await;
+        assert!(!token.is_empty(), "{}: no token in {login}", self.server.kind().name());
+        for (i, (path, body)) in [
+            ("/v3/kv/range", r#"{"key":"Zm9v"}"#),
+            ("/v3/kv/range", r#"{"key":"YmF6"}"#),
+            ("/v3/kv/put", r#"{"key":"Zm9v","value":"eA=="}"#),
+            ("/v3/auth/user/get", r#"{"name":"alice"}"#),
+            ("/v3/auth/user/list", "{}"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let ex = Exchange::open_with(self.server, "POST", path, body, Some(&token)).await;
+            let (status, content_type) = (ex.status, ex.content_type.clone());
+            let text = ex.rest().await;
+            // The token must count: alice may read foo, where no user may not.
+            assert!(i != 0 || status == 200, "{}: {path} with a token: {status} {text}", self.server.kind().name());
+            self.record(format!("POST {path} {body} (with alice's token)"), status, content_type, text);
+        }
+        let ex = Exchange::open_with(self.server, "POST", "/v3/kv/range", r#"{"key":"Zm9v"}"#, Some("bad.1")).await;
+        let (status, content_type) = (ex.status, ex.content_type.clone());
+        let text = ex.rest().await;
+        self.record("POST /v3/kv/range (with a bad token)".into(), status, content_type, text);
     }
 
     /// Watch streams: a put's event reaches an open watch; a watch on a compacted revision is

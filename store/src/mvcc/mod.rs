@@ -29,6 +29,7 @@ use prost::Message;
 use crate::engine::{Batch, Engine};
 use crate::error::{Error, Result};
 use index::Index;
+use keel_auth::AuthState;
 use keys::Rev;
 use lease::{LeaseRecord, LeaseTable};
 use registry::Registry;
@@ -37,6 +38,8 @@ struct State {
     index: Index,
     leases: LeaseTable,
     registry: Registry,
+    /// Users, roles and whether auth is on (`crate::auth`).
+    auth: AuthState,
     /// The current (newest) revision.
     rev: i64,
     /// The compacted revision; -1 before the first compaction (as etcd).
@@ -137,7 +140,11 @@ impl Mvcc {
         }
         let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
         let registry = Registry::load(&*engine)?;
-        Ok(Self { engine, state: RwLock::new(State { index, leases, registry, rev, compact_rev }) })
+        let auth = match engine.get(&keys::sm_meta(crate::auth::RECORD))? {
+            None => AuthState::new(),
+            Some(b) => bincode::deserialize(&b)?,
+        };
+        Ok(Self { engine, state: RwLock::new(State { index, leases, registry, auth, rev, compact_rev }) })
     }
 
     /// A read view at the current revision. Holds the state lock shared until dropped.
@@ -166,6 +173,7 @@ impl Mvcc {
             want_prev,
             revisions: Vec::new(),
             registry_changed: false,
+            auth_changed: false,
         }
     }
 
@@ -209,6 +217,11 @@ impl ReadView<'_> {
     /// Member attributes and alarms.
     pub fn registry(&self) -> &Registry {
         &self.state.registry
+    }
+
+    /// Users, roles and whether auth is on.
+    pub fn auth(&self) -> &AuthState {
+        &self.state.auth
     }
 }
 
@@ -276,6 +289,8 @@ pub struct ApplyBatch<'a> {
     revisions: Vec<Revision>,
     /// Whether the registry record must be written with the batch.
     registry_changed: bool,
+    /// Whether the auth record must be written with the batch.
+    auth_changed: bool,
 }
 
 impl<'a> ApplyBatch<'a> {
@@ -331,6 +346,16 @@ impl<'a> ApplyBatch<'a> {
         &mut self.state.registry
     }
 
+    pub fn auth(&self) -> &AuthState {
+        &self.state.auth
+    }
+
+    /// The auth state, to change; the batch then writes it.
+    pub fn auth_mut(&mut self) -> &mut AuthState {
+        self.auth_changed = true;
+        &mut self.state.auth
+    }
+
     /// Adds a lease (the caller has checked that `id` is free).
     pub fn grant_lease(&mut self, id: i64, record: LeaseRecord) {
         self.state.leases.insert(id, record);
@@ -374,6 +399,10 @@ impl<'a> ApplyBatch<'a> {
         if self.registry_changed {
             let record = bincode::serialize(&self.state.registry).expect("registry serializes");
             self.batch.put(keys::sm_meta(registry::RECORD), record);
+        }
+        if self.auth_changed {
+            let record = bincode::serialize(&self.state.auth).expect("auth state serializes");
+            self.batch.put(keys::sm_meta(crate::auth::RECORD), record);
         }
         let batch = std::mem::take(&mut self.batch);
         self.engine.write(batch, sync)?;

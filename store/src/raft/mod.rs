@@ -27,6 +27,7 @@ use keel_proto::etcdserverpb::{
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::auth::{AuthCommand, AuthReply};
 use crate::error::Error;
 use crate::mvcc::registry::Attributes;
 
@@ -93,6 +94,18 @@ pub enum Command {
     /// Writes proposed together as one entry (see `proposals`): applied in order, each as if
     /// it had an entry of its own, answered with a `Reply::Batch` of their replies.
     Batch(Vec<Command>),
+    /// A client write admitted with a token: the user and the auth revision its member saw
+    /// (etcd's request header), checked when it is applied (see `crate::auth`).
+    Authed {
+        user: String,
+        revision: u64,
+        cmd: Box<Command>,
+    },
+    /// An auth management request (users, roles, enable, authenticate).
+    Auth(AuthCommand),
+    /// A revoke the leader proposes for an expired lease: a client's revoke, but never
+    /// permission-checked (etcd's lessor revokes as root).
+    LeaseExpire(Proto<LeaseRevokeRequest>),
 }
 
 impl Command {
@@ -112,6 +125,9 @@ impl Command {
             }
             Command::Alarm(Proto(m)) => m.encoded_len(),
             Command::Batch(cmds) => cmds.iter().map(|c| c.encoded_len() + 8).sum(),
+            Command::Authed { user, cmd, .. } => user.len() + 16 + cmd.encoded_len(),
+            Command::Auth(a) => bincode::serialized_size(a).unwrap_or(0) as usize,
+            Command::LeaseExpire(Proto(m)) => m.encoded_len(),
         }
     }
 }
@@ -131,6 +147,7 @@ pub enum Reply {
     Alarm(Proto<AlarmResponse>),
     /// A `Command::Batch`'s replies, in its order.
     Batch(Vec<Applied>),
+    Auth(AuthReply),
 }
 
 /// The reply to a command: a deterministic refusal is as much an outcome as a success.
@@ -150,6 +167,9 @@ impl fmt::Display for Command {
             Command::Publish { .. } => f.write_str("publish"),
             Command::Alarm(_) => f.write_str("alarm"),
             Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
+            Command::Authed { cmd, .. } => write!(f, "{cmd} (authed)"),
+            Command::Auth(_) => f.write_str("auth"),
+            Command::LeaseExpire(_) => f.write_str("lease_expire"),
         }
     }
 }

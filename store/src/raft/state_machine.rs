@@ -19,10 +19,12 @@ use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snaps
 use parking_lot::Mutex;
 
 use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
+use crate::auth::{self, Applying, Tokens};
 use crate::engine::{Batch, Pair};
 use crate::error::{Error, Result};
 use crate::mvcc::{keys, kv, lease, registry, ApplyBatch, Mvcc};
 use crate::watch::Hub;
+use keel_auth::AuthInfo;
 use keel_proto::etcdserverpb::{request_op, TxnRequest};
 
 type Membership = StoredMembership<u64, openraft::BasicNode>;
@@ -51,6 +53,8 @@ pub struct StateMachine {
     applied: Arc<Mutex<AppliedState>>,
     snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_seq: Arc<Mutex<u64>>,
+    /// This member's auth tokens, registered as Authenticate entries apply.
+    tokens: Arc<Tokens>,
     /// Refuse a gap between applied indexes (always on in a member; see [`Self::allow_gaps`]).
     contiguous: bool,
 }
@@ -75,22 +79,38 @@ pub fn needs_space(cmd: &Command) -> bool {
     match cmd {
         Command::Put(_) | Command::LeaseGrant(_) => true,
         Command::Txn(Proto(t)) => txn_puts(t),
+        Command::Authed { cmd, .. } => needs_space(cmd),
         _ => false,
     }
 }
 
+/// What applying a command needs besides the batch: its entry's log index and this member's
+/// auth tokens.
+pub struct EntryContext<'a> {
+    pub index: u64,
+    pub tokens: &'a Tokens,
+}
+
 /// Applies one command inside the batch. Refusals are replies; only engine failures are errors.
-pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Error> {
+pub fn apply_command(batch: &mut ApplyBatch, at: &EntryContext, cmd: &Command) -> Result<Reply, Error> {
+    apply_as(batch, at, &AuthInfo::default(), cmd)
+}
+
+/// Applies `cmd` on behalf of `who` (no user unless the command came `Authed`).
+fn apply_as(batch: &mut ApplyBatch, at: &EntryContext, who: &AuthInfo, cmd: &Command) -> Result<Reply, Error> {
     if batch.registry().no_space() && needs_space(cmd) {
         return Err(Error::NoSpace);
     }
+    auth::check_write(batch.auth(), batch.leases(), who, cmd)?;
     Ok(match cmd {
         Command::Put(Proto(p)) => Reply::Put(Proto(kv::put(batch, p)?)),
         Command::DeleteRange(Proto(d)) => Reply::DeleteRange(Proto(kv::delete_range(batch, d)?)),
         Command::Txn(Proto(t)) => Reply::Txn(Proto(kv::txn(batch, t)?)),
         Command::Compact(Proto(c)) => Reply::Compact(Proto(kv::compact(batch, c)?)),
         Command::LeaseGrant(Proto(g)) => Reply::LeaseGrant(Proto(lease::grant(batch, g)?)),
-        Command::LeaseRevoke(Proto(r)) => Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?)),
+        Command::LeaseRevoke(Proto(r)) | Command::LeaseExpire(Proto(r)) => {
+            Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?))
+        }
         Command::LeaseCheckpoint(Proto(c)) => Reply::LeaseCheckpoint(Proto(lease::checkpoint(batch, c)?)),
         Command::Publish { id, attributes } => {
             registry::publish(batch, *id, attributes);
@@ -100,12 +120,25 @@ pub fn apply_command(batch: &mut ApplyBatch, cmd: &Command) -> Result<Reply, Err
         Command::Batch(cmds) => {
             let mut replies = Vec::with_capacity(cmds.len());
             for cmd in cmds {
-                match apply_command(batch, cmd) {
+                match apply_command(batch, at, cmd) {
                     Err(e) if !is_deterministic(&e) => return Err(e),
                     r => replies.push(Applied(r)),
                 }
             }
             Reply::Batch(replies)
+        }
+        Command::Authed { user, revision, cmd } => {
+            return apply_as(batch, at, &AuthInfo { username: user.clone(), revision: *revision }, cmd)
+        }
+        Command::Auth(a) => {
+            let reply = if auth::changes_state(a) {
+                auth::apply(Applying { state: batch.auth_mut(), tokens: at.tokens, index: at.index }, who, a)
+            } else {
+                // Reads and Authenticate leave the state as it is: no record to write.
+                let mut state = batch.auth().clone();
+                auth::apply(Applying { state: &mut state, tokens: at.tokens, index: at.index }, who, a)
+            };
+            Reply::Auth(reply?)
         }
     })
 }
@@ -127,6 +160,7 @@ impl StateMachine {
             applied: Arc::new(Mutex::new(AppliedState { last, membership })),
             snapshot: Arc::new(Mutex::new(None)),
             snapshot_seq: Arc::new(Mutex::new(0)),
+            tokens: Arc::new(Tokens::default()),
             contiguous: true,
         })
     }
@@ -144,6 +178,10 @@ impl StateMachine {
 
     pub fn hub(&self) -> &Arc<Hub> {
         &self.hub
+    }
+
+    pub fn tokens(&self) -> &Arc<Tokens> {
+        &self.tokens
     }
 
     /// The last applied log id.
@@ -180,7 +218,11 @@ impl StateMachine {
             last = Some(entry.log_id);
             let reply = match &entry.payload {
                 EntryPayload::Blank => Ok(Reply::None),
-                EntryPayload::Normal(cmd) => match apply_command(&mut batch, cmd) {
+                EntryPayload::Normal(cmd) => match apply_command(
+                    &mut batch,
+                    &EntryContext { index: entry.log_id.index, tokens: &self.tokens },
+                    cmd,
+                ) {
                     Err(e) if !is_deterministic(&e) => return Err(sm_err(e)),
                     r => r,
                 },

@@ -9,6 +9,7 @@ use keel_proto::etcdserverpb::{
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
     MemberUpdateResponse,
 };
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::status;
@@ -24,7 +25,9 @@ impl ClusterService {
         Self { member }
     }
 
-    async fn change(&self, change: Change) -> Result<(Option<PbMember>, Vec<PbMember>), Status> {
+    /// A membership change, for a caller with the root role while auth is on.
+    async fn change(&self, md: &MetadataMap, change: Change) -> Result<(Option<PbMember>, Vec<PbMember>), Status> {
+        self.member.check_admin(md).await.map_err(status)?;
         let Changed { member, members } = self.member.change_membership(change).await.map_err(status)?;
         Ok((member.map(|m| m.to_proto()), protos(&members)))
     }
@@ -46,19 +49,20 @@ macro_rules! answer {
 #[tonic::async_trait]
 impl Cluster for ClusterService {
     async fn member_add(&self, req: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
-        let r = req.into_inner();
-        let (member, members) = self.change(Change::Add { peer_urls: r.peer_ur_ls, learner: r.is_learner }).await?;
+        let (md, _, r) = req.into_parts();
+        let (member, members) =
+            self.change(&md, Change::Add { peer_urls: r.peer_ur_ls, learner: r.is_learner }).await?;
         answer!(self, MemberAddResponse { header: None, member, members })
     }
 
     async fn member_remove(&self, req: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
-        let (_, members) = self.change(Change::Remove(req.get_ref().id)).await?;
+        let (_, members) = self.change(req.metadata(), Change::Remove(req.get_ref().id)).await?;
         answer!(self, MemberRemoveResponse { header: None, members })
     }
 
     async fn member_update(&self, req: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
-        let r = req.into_inner();
-        let (_, members) = self.change(Change::Update { id: r.id, peer_urls: r.peer_ur_ls }).await?;
+        let (md, _, r) = req.into_parts();
+        let (_, members) = self.change(&md, Change::Update { id: r.id, peer_urls: r.peer_ur_ls }).await?;
         answer!(self, MemberUpdateResponse { header: None, members })
     }
 
@@ -73,7 +77,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        let (_, members) = self.change(Change::Promote(req.get_ref().id)).await?;
+        let (_, members) = self.change(req.metadata(), Change::Promote(req.get_ref().id)).await?;
         answer!(self, MemberPromoteResponse { header: None, members })
     }
 }

@@ -32,11 +32,12 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post, MethodRouter};
 use axum::Router;
 use futures::{stream, Stream, StreamExt};
+use keel_proto::etcdserverpb::auth_server::Auth;
 use keel_proto::etcdserverpb::cluster_server::Cluster;
 use keel_proto::etcdserverpb::kv_server::Kv;
 use keel_proto::etcdserverpb::lease_server::Lease;
@@ -46,8 +47,10 @@ use prost::Message;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Request, Status};
 
+use super::auth::AuthService;
 use super::cluster::ClusterService;
 use super::kv::KvService;
 use super::lease::{keep_alive, LeaseService};
@@ -62,6 +65,7 @@ struct Gateway {
     lease: LeaseService,
     maintenance: MaintenanceService,
     cluster: ClusterService,
+    auth: AuthService,
     /// gRPC's limit on a received message; a larger request is refused as gRPC refuses it.
     max_recv: usize,
 }
@@ -78,43 +82,54 @@ pub fn router(member: Arc<Member>) -> Router {
         lease: LeaseService::new(member.clone()),
         maintenance: MaintenanceService::new(member.clone()),
         cluster: ClusterService::new(member.clone()),
+        auth: AuthService::new(member.clone()),
         member,
         max_recv,
     });
-    let mut endpoints: Vec<(&str, MethodRouter<Gw>)> = vec![
-        ("/kv/range", unary(|g: Gw, r| async move { g.kv.range(Request::new(r)).await })),
-        ("/kv/put", unary(|g: Gw, r| async move { g.kv.put(Request::new(r)).await })),
-        ("/kv/deleterange", unary(|g: Gw, r| async move { g.kv.delete_range(Request::new(r)).await })),
-        ("/kv/txn", unary(|g: Gw, r| async move { g.kv.txn(Request::new(r)).await })),
-        ("/kv/compaction", unary(|g: Gw, r| async move { g.kv.compact(Request::new(r)).await })),
+    let endpoints: Vec<(&str, MethodRouter<Gw>)> = vec![
+        ("/kv/range", unary(|g: Gw, r| async move { g.kv.range(r).await })),
+        ("/kv/put", unary(|g: Gw, r| async move { g.kv.put(r).await })),
+        ("/kv/deleterange", unary(|g: Gw, r| async move { g.kv.delete_range(r).await })),
+        ("/kv/txn", unary(|g: Gw, r| async move { g.kv.txn(r).await })),
+        ("/kv/compaction", unary(|g: Gw, r| async move { g.kv.compact(r).await })),
         ("/watch", post(watch_stream)),
-        ("/lease/grant", unary(|g: Gw, r| async move { g.lease.lease_grant(Request::new(r)).await })),
-        ("/lease/revoke", unary(|g: Gw, r| async move { g.lease.lease_revoke(Request::new(r)).await })),
-        ("/kv/lease/revoke", unary(|g: Gw, r| async move { g.lease.lease_revoke(Request::new(r)).await })),
+        ("/lease/grant", unary(|g: Gw, r| async move { g.lease.lease_grant(r).await })),
+        ("/lease/revoke", unary(|g: Gw, r| async move { g.lease.lease_revoke(r).await })),
+        ("/kv/lease/revoke", unary(|g: Gw, r| async move { g.lease.lease_revoke(r).await })),
         ("/lease/keepalive", post(keep_alive_stream)),
-        ("/lease/timetolive", unary(|g: Gw, r| async move { g.lease.lease_time_to_live(Request::new(r)).await })),
-        ("/kv/lease/timetolive", unary(|g: Gw, r| async move { g.lease.lease_time_to_live(Request::new(r)).await })),
-        ("/lease/leases", unary(|g: Gw, r| async move { g.lease.lease_leases(Request::new(r)).await })),
-        ("/kv/lease/leases", unary(|g: Gw, r| async move { g.lease.lease_leases(Request::new(r)).await })),
-        ("/maintenance/alarm", unary(|g: Gw, r| async move { g.maintenance.alarm(Request::new(r)).await })),
-        ("/maintenance/status", unary(|g: Gw, r| async move { g.maintenance.status(Request::new(r)).await })),
-        ("/maintenance/defragment", unary(|g: Gw, r| async move { g.maintenance.defragment(Request::new(r)).await })),
-        ("/maintenance/hash", unary(|g: Gw, r| async move { g.maintenance.hash(Request::new(r)).await })),
+        ("/lease/timetolive", unary(|g: Gw, r| async move { g.lease.lease_time_to_live(r).await })),
+        ("/kv/lease/timetolive", unary(|g: Gw, r| async move { g.lease.lease_time_to_live(r).await })),
+        ("/lease/leases", unary(|g: Gw, r| async move { g.lease.lease_leases(r).await })),
+        ("/kv/lease/leases", unary(|g: Gw, r| async move { g.lease.lease_leases(r).await })),
+        ("/maintenance/alarm", unary(|g: Gw, r| async move { g.maintenance.alarm(r).await })),
+        ("/maintenance/status", unary(|g: Gw, r| async move { g.maintenance.status(r).await })),
+        ("/maintenance/defragment", unary(|g: Gw, r| async move { g.maintenance.defragment(r).await })),
+        ("/maintenance/hash", unary(|g: Gw, r| async move { g.maintenance.hash(r).await })),
         ("/maintenance/snapshot", post(snapshot_stream)),
-        (
-            "/maintenance/transfer-leadership",
-            unary(|g: Gw, r| async move { g.maintenance.move_leader(Request::new(r)).await }),
-        ),
-        ("/cluster/member/add", unary(|g: Gw, r| async move { g.cluster.member_add(Request::new(r)).await })),
-        ("/cluster/member/remove", unary(|g: Gw, r| async move { g.cluster.member_remove(Request::new(r)).await })),
-        ("/cluster/member/update", unary(|g: Gw, r| async move { g.cluster.member_update(Request::new(r)).await })),
-        ("/cluster/member/list", unary(|g: Gw, r| async move { g.cluster.member_list(Request::new(r)).await })),
-        ("/cluster/member/promote", unary(|g: Gw, r| async move { g.cluster.member_promote(Request::new(r)).await })),
+        ("/maintenance/transfer-leadership", unary(|g: Gw, r| async move { g.maintenance.move_leader(r).await })),
+        ("/cluster/member/add", unary(|g: Gw, r| async move { g.cluster.member_add(r).await })),
+        ("/cluster/member/remove", unary(|g: Gw, r| async move { g.cluster.member_remove(r).await })),
+        ("/cluster/member/update", unary(|g: Gw, r| async move { g.cluster.member_update(r).await })),
+        ("/cluster/member/list", unary(|g: Gw, r| async move { g.cluster.member_list(r).await })),
+        ("/cluster/member/promote", unary(|g: Gw, r| async move { g.cluster.member_promote(r).await })),
+        ("/auth/enable", unary(|g: Gw, r| async move { g.auth.auth_enable(r).await })),
+        ("/auth/disable", unary(|g: Gw, r| async move { g.auth.auth_disable(r).await })),
+        ("/auth/status", unary(|g: Gw, r| async move { g.auth.auth_status(r).await })),
+        ("/auth/authenticate", unary(|g: Gw, r| async move { g.auth.authenticate(r).await })),
+        ("/auth/user/add", unary(|g: Gw, r| async move { g.auth.user_add(r).await })),
+        ("/auth/user/get", unary(|g: Gw, r| async move { g.auth.user_get(r).await })),
+        ("/auth/user/list", unary(|g: Gw, r| async move { g.auth.user_list(r).await })),
+        ("/auth/user/delete", unary(|g: Gw, r| async move { g.auth.user_delete(r).await })),
+        ("/auth/user/changepw", unary(|g: Gw, r| async move { g.auth.user_change_password(r).await })),
+        ("/auth/user/grant", unary(|g: Gw, r| async move { g.auth.user_grant_role(r).await })),
+        ("/auth/user/revoke", unary(|g: Gw, r| async move { g.auth.user_revoke_role(r).await })),
+        ("/auth/role/add", unary(|g: Gw, r| async move { g.auth.role_add(r).await })),
+        ("/auth/role/get", unary(|g: Gw, r| async move { g.auth.role_get(r).await })),
+        ("/auth/role/list", unary(|g: Gw, r| async move { g.auth.role_list(r).await })),
+        ("/auth/role/delete", unary(|g: Gw, r| async move { g.auth.role_delete(r).await })),
+        ("/auth/role/grant", unary(|g: Gw, r| async move { g.auth.role_grant_permission(r).await })),
+        ("/auth/role/revoke", unary(|g: Gw, r| async move { g.auth.role_revoke_permission(r).await })),
     ];
-    for (path, rpc) in UNSERVED {
-        let refusal = Status::unimplemented(format!("keel: {rpc} is not implemented yet"));
-        endpoints.push((path, post(move || async move { error_reply(&refusal) })));
-    }
     let mut router = Router::new();
     for prefix in ["/v3", "/v3beta"] {
         for (path, handler) in &endpoints {
@@ -132,27 +147,6 @@ pub fn router(member: Arc<Member>) -> Router {
         .with_state(gw)
 }
 
-/// etcd 3.4's gateway paths for services keel does not serve yet (their gRPC calls answer
-/// `Unimplemented` too), with the RPC each names.
-const UNSERVED: [(&str, &str); 16] = [
-    ("/auth/enable", "Auth.AuthEnable"),
-    ("/auth/disable", "Auth.AuthDisable"),
-    ("/auth/authenticate", "Auth.Authenticate"),
-    ("/auth/user/add", "Auth.UserAdd"),
-    ("/auth/user/get", "Auth.UserGet"),
-    ("/auth/user/list", "Auth.UserList"),
-    ("/auth/user/delete", "Auth.UserDelete"),
-    ("/auth/user/changepw", "Auth.UserChangePassword"),
-    ("/auth/user/grant", "Auth.UserGrantRole"),
-    ("/auth/user/revoke", "Auth.UserRevokeRole"),
-    ("/auth/role/add", "Auth.RoleAdd"),
-    ("/auth/role/get", "Auth.RoleGet"),
-    ("/auth/role/list", "Auth.RoleList"),
-    ("/auth/role/delete", "Auth.RoleDelete"),
-    ("/auth/role/grant", "Auth.RoleGrantPermission"),
-    ("/auth/role/revoke", "Auth.RoleRevokePermission"),
-];
-
 /// Holds every gateway call until the member is ready, as the gRPC calls.
 async fn ready_gate(
     State(member): State<Arc<Member>>,
@@ -165,20 +159,35 @@ async fn ready_gate(
     }
 }
 
+/// The gRPC metadata grpc-gateway makes of a request's headers, as far as keel reads it: the
+/// `Authorization` header carries the auth token (etcd reads it as `authorization` metadata).
+fn metadata(headers: &HeaderMap) -> MetadataMap {
+    let mut md = MetadataMap::new();
+    if let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| MetadataValue::try_from(v.as_bytes()).ok()) {
+        md.insert("authorization", v);
+    }
+    md
+}
+
+/// A service request with the metadata the headers give.
+fn request<T>(headers: &HeaderMap, message: T) -> Request<T> {
+    Request::from_parts(metadata(headers), Default::default(), message)
+}
+
 /// A unary call: decode the body, call the service, encode its answer (or its error).
 fn unary<Req, Resp, F, Fut>(call: F) -> MethodRouter<Gw>
 where
     Req: DeserializeOwned + Default + Message + Send + 'static,
     Resp: Serialize,
-    F: Fn(Gw, Req) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Gw, Request<Req>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
 {
-    post(move |State(g): State<Gw>, body: Bytes| async move {
+    post(move |State(g): State<Gw>, headers: HeaderMap, body: Bytes| async move {
         let req = match decode_unary::<Req>(&body, g.max_recv) {
             Ok(req) => req,
             Err(s) => return error_reply(&s),
         };
-        match call(g, req).await {
+        match call(g, request(&headers, req)).await {
             Ok(resp) => json_reply(StatusCode::OK, serde_json::to_vec(resp.get_ref())),
             Err(s) => error_reply(&s),
         }
@@ -500,14 +509,13 @@ where
 
 /// `/v3/watch`: the body's watch requests go to a hub stream, as on a gRPC Watch stream; its
 /// responses come back as JSON lines until the client goes away.
-async fn watch_stream(State(g): State<Gw>, body: Body) -> Response {
+async fn watch_stream(State(g): State<Gw>, headers: HeaderMap, body: Body) -> Response {
     let mut values = Values::new(body, g.max_recv);
     let first = match first_request::<WatchRequest>(&mut values).await {
         Ok(first) => first,
         Err(r) => return r,
     };
-    let hub = g.member.hub.clone();
-    let (stream, out, responses) = hub.open_stream();
+    let (stream, out, responses) = g.member.hub.open_stream();
     let requests = stream::unfold((first, values), |(first, mut values)| async move {
         let next = match first {
             Some(r) => Some(Ok(r)),
@@ -520,7 +528,8 @@ async fn watch_stream(State(g): State<Gw>, body: Body) -> Response {
             Err(Next::Broken) => Some((Err(()), (None, values))),
         }
     });
-    tokio::spawn(watch::forward_requests(hub, stream, out, Box::pin(requests)));
+    let member = g.member.clone();
+    tokio::spawn(watch::forward_requests(member, metadata(&headers), stream, out, Box::pin(requests)));
     let responses =
         responses.map(|w| WatchResponse::decode(w.to_vec().as_slice()).map_err(|e| Status::internal(e.to_string())));
     stream_reply(responses).await
@@ -545,12 +554,12 @@ async fn keep_alive_stream(State(g): State<Gw>, body: Body) -> Response {
 }
 
 /// `/v3/maintenance/snapshot`: the service's stream, or its refusal as the stream's first item.
-async fn snapshot_stream(State(g): State<Gw>, body: Bytes) -> Response {
+async fn snapshot_stream(State(g): State<Gw>, headers: HeaderMap, body: Bytes) -> Response {
     let req = match decode_unary(&body, g.max_recv) {
         Ok(req) => req,
         Err(s) => return error_reply(&s),
     };
-    match g.maintenance.snapshot(Request::new(req)).await {
+    match g.maintenance.snapshot(request(&headers, req)).await {
         Ok(s) => stream_reply(s.into_inner()).await,
         Err(s) => stream_reply(stream::iter([Err::<(), _>(s)])).await,
     }

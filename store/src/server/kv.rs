@@ -9,13 +9,16 @@ use keel_proto::etcdserverpb::{
     PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use prost::Message;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::{status, unexpected, validate};
+use crate::auth;
 use crate::error::Error;
 use crate::mvcc::kv;
 use crate::node::Member;
 use crate::raft::{Command, Proto, Reply};
+use keel_auth::AuthInfo;
 
 pub struct KvService {
     member: Arc<Member>,
@@ -26,12 +29,23 @@ impl KvService {
         Self { member }
     }
 
-    /// Proposes a write after etcd's size check on the encoded request.
-    async fn propose(&self, size: usize, cmd: Command) -> Result<Reply, Status> {
+    /// Proposes a write for the client the metadata names, after etcd's size check on the
+    /// encoded request (its permissions are checked when it is applied).
+    async fn propose(&self, md: &MetadataMap, size: usize, cmd: Command) -> Result<Reply, Status> {
         if size as u64 > self.member.limits.max_request_bytes {
             return Err(status(Error::RequestTooLarge));
         }
-        self.member.write(cmd).await.map_err(status)
+        let who = self.member.auth_info(md).await.map_err(status)?;
+        self.member.write(auth::as_client(who, cmd)).await.map_err(status)
+    }
+
+    /// The caller, once a linearizable read has passed its barrier (etcd looks the token up
+    /// after it).
+    async fn reader(&self, md: &MetadataMap, serializable: bool) -> Result<AuthInfo, Status> {
+        if !serializable {
+            self.member.linearize().await.map_err(status)?;
+        }
+        self.member.auth_info(md).await.map_err(status)
     }
 }
 
@@ -47,9 +61,9 @@ fn all_serializable(t: &TxnRequest) -> bool {
 /// Proposes a write whose `Command` and `Reply` variants share the name `$kind`, and answers the
 /// reply with its header filled.
 macro_rules! write {
-    ($svc:ident, $req:expr, $kind:ident) => {{
+    ($svc:ident, $md:expr, $req:expr, $kind:ident) => {{
         let req = $req;
-        match $svc.propose(req.encoded_len(), Command::$kind(Proto(req))).await? {
+        match $svc.propose($md, req.encoded_len(), Command::$kind(Proto(req))).await? {
             Reply::$kind(Proto(mut resp)) => {
                 $svc.member.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -62,44 +76,49 @@ macro_rules! write {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
-        let r = req.into_inner();
+        let (md, _, r) = req.into_parts();
         validate::range(&r).map_err(status)?;
-        if !r.serializable {
-            self.member.linearize().await.map_err(status)?;
-        }
-        let mut resp = kv::range(&self.member.mvcc.read(), &r).map_err(status)?;
+        let who = self.reader(&md, r.serializable).await?;
+        let mut resp = {
+            let view = self.member.mvcc.read();
+            view.auth().is_range_permitted(&who, &r.key, &r.range_end).map_err(|e| status(e.into()))?;
+            kv::range(&view, &r).map_err(status)?
+        };
         self.member.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let p = req.into_inner();
+        let (md, _, p) = req.into_parts();
         validate::put(&p).map_err(status)?;
-        write!(self, p, Put)
+        write!(self, &md, p, Put)
     }
 
     async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
-        let d = req.into_inner();
+        let (md, _, d) = req.into_parts();
         validate::delete_range(&d).map_err(status)?;
-        write!(self, d, DeleteRange)
+        write!(self, &md, d, DeleteRange)
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
-        let t = req.into_inner();
+        let (md, _, t) = req.into_parts();
         validate::txn(&t, self.member.limits.max_txn_ops).map_err(status)?;
         if kv::is_read_only(&t) {
-            if !all_serializable(&t) {
-                self.member.linearize().await.map_err(status)?;
-            }
-            let mut resp = kv::txn_read(&mut self.member.mvcc.read(), &t).map_err(status)?;
+            let who = self.reader(&md, all_serializable(&t)).await?;
+            let mut resp = {
+                let mut view = self.member.mvcc.read();
+                auth::check_txn(view.auth(), &who, &t).map_err(|e| status(e.into()))?;
+                kv::txn_read(&mut view, &t).map_err(status)?
+            };
             self.member.fill(&mut resp.header);
             return Ok(Response::new(resp));
         }
-        write!(self, t, Txn)
+        write!(self, &md, t, Txn)
     }
 
     async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
         // Compaction is applied, and durable, before the reply: `physical` is always honoured.
-        write!(self, req.into_inner(), Compact)
+        let (md, _, c) = req.into_parts();
+        write!(self, &md, c, Compact)
     }
 }

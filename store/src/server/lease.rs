@@ -71,7 +71,9 @@ impl Lease for LeaseService {
     }
 
     async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
-        match self.member.write(Command::LeaseRevoke(Proto(req.into_inner()))).await.map_err(status)? {
+        let (md, _, r) = req.into_parts();
+        let who = self.member.auth_info(&md).await.map_err(status)?;
+        match self.member.write(crate::auth::as_client(who, Command::LeaseRevoke(Proto(r)))).await.map_err(status)? {
             Reply::LeaseRevoke(Proto(mut resp)) => {
                 self.member.fill(&mut resp.header);
                 Ok(Response::new(resp))

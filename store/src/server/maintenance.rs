@@ -37,6 +37,15 @@ fn internal(e: impl std::fmt::Display) -> Status {
     status(Error::Io(e.to_string()))
 }
 
+/// etcd's admin check on Defragment, Snapshot, Hash and HashKV: root only while auth is on.
+/// etcd answers its failures unmapped, as its auth store words them, with code Unknown.
+async fn admin(m: &Member, md: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+    match m.check_admin(md).await {
+        Err(Error::Auth(a)) => Err(Status::unknown(a.store_message())),
+        r => r.map_err(status),
+    }
+}
+
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
@@ -81,7 +90,8 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(resp))
     }
 
-    async fn defragment(&self, _req: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(&self, req: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+        admin(&self.member, req.metadata()).await?;
         // Compaction runs beside reads and writes; only this call waits for it.
         let engine = self.member.engine().clone();
         tokio::task::spawn_blocking(move || engine.defragment()).await.map_err(internal)?.map_err(status)?;
@@ -90,8 +100,9 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(resp))
     }
 
-    async fn hash(&self, _req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         let m = &self.member;
+        admin(m, req.metadata()).await?;
         let mvcc = m.mvcc.clone();
         let hash = tokio::task::spawn_blocking(move || {
             let pairs = crate::raft::state_machine::dump(&mvcc)?;
@@ -107,6 +118,7 @@ impl Maintenance for MaintenanceService {
 
     async fn hash_kv(&self, req: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         let m = &self.member;
+        admin(m, req.metadata()).await?;
         let (hash, compact_revision, rev) = {
             let view = m.mvcc.read();
             (view.hash_kv(req.get_ref().revision).map_err(status)?, view.compact_rev(), view.rev())
@@ -119,7 +131,8 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
-    async fn snapshot(&self, _req: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(&self, req: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+        admin(&self.member, req.metadata()).await?;
         let m = self.member.clone();
         let mvcc = m.mvcc.clone();
         let file = tokio::task::spawn_blocking(move || crate::raft::state_machine::dump(&mvcc))

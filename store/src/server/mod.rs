@@ -2,9 +2,10 @@
 //! `/version` and its JSON gateway (`/v3/...`, [`gateway`]), all on each client listener. This is
 //! the only place that maps [`Error`] to etcd's gRPC codes and messages ([`status`]).
 //!
-//! Services not built yet (Auth) are not registered, so their calls are
-//! answered `Unimplemented`, as the README's compatibility table lists.
+//! Every etcd v3 service is registered; an RPC keel does not serve answers `Unimplemented`, as
+//! the README's compatibility table lists.
 
+mod auth;
 mod authority;
 mod cluster;
 mod gateway;
@@ -21,6 +22,7 @@ mod watch;
 use std::future::Future;
 use std::sync::Arc;
 
+use keel_proto::etcdserverpb::auth_server::AuthServer;
 use keel_proto::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcdserverpb::lease_server::LeaseServer;
@@ -64,6 +66,7 @@ pub fn status(e: Error) -> Status {
         Error::Corrupt(_) => Code::DataLoss,
         Error::Io(_) => Code::Internal,
         Error::Unimplemented(_) => Code::Unimplemented,
+        Error::Auth(a) => Code::from_i32(a.grpc_code() as i32),
     };
     Status::new(code, e.to_string())
 }
@@ -149,12 +152,16 @@ pub fn client_router(member: Arc<Member>) -> axum::Router {
     let cluster = ClusterServer::new(cluster::ClusterService::new(member.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(usize::MAX);
+    let auth = AuthServer::new(auth::AuthService::new(member.clone()))
+        .max_decoding_message_size(max_recv)
+        .max_encoding_message_size(usize::MAX);
     let watch = watch::WatchServer::new(member.clone(), max_recv);
     tonic::service::Routes::new(kv)
         .add_service(maintenance)
         .add_service(cluster)
         .add_service(lease)
         .add_service(watch)
+        .add_service(auth)
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
         .layer(axum::middleware::from_fn_with_state(member.clone(), ready_gate))

@@ -13,15 +13,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
-use keel_proto::etcdserverpb::{watch_request::RequestUnion, WatchRequest};
+use keel_proto::etcdserverpb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest};
 use tonic::body::Body;
+use tonic::metadata::MetadataMap;
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
 use crate::node::Member;
 use crate::watch::wire::Wire;
-use crate::watch::{Hub, Outbox};
+use crate::watch::Outbox;
 
 /// The Watch service.
 #[derive(Clone)]
@@ -71,26 +72,40 @@ impl StreamingService<WatchRequest> for WatchServer {
     type Future = BoxFuture<Result<Response<WireStream>, Status>>;
 
     fn call(&mut self, req: Request<Streaming<WatchRequest>>) -> Self::Future {
-        let hub = self.member.hub.clone();
+        let member = self.member.clone();
         Box::pin(async move {
-            let (stream, out, responses) = hub.open_stream();
-            tokio::spawn(forward_requests(hub, stream, out, req.into_inner()));
+            let (stream, out, responses) = member.hub.open_stream();
+            let (md, _, requests) = req.into_parts();
+            tokio::spawn(forward_requests(member, md, stream, out, requests));
             let s: WireStream = Box::pin(responses.map(Ok));
             Ok(Response::new(s))
         })
     }
 }
 
+/// etcd's cancel reason for a watch the client may not read: the gRPC error's text.
+const PERMISSION_DENIED: &str = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
+
+/// Whether the caller may watch what `c` asks for; a bad token is a refusal too, as in etcd.
+async fn may_watch(member: &Member, md: &MetadataMap, c: &WatchCreateRequest) -> crate::error::Result<()> {
+    let who = member.auth_info(md).await?;
+    Ok(crate::auth::check_watch(member.mvcc.read().auth(), &who, &c.key, &c.range_end)?)
+}
+
 /// Hands a stream's requests to the hub in order (the gRPC stream and the JSON gateway both use
 /// it). A client that stops reading stops being read: each request waits for room in the outbox.
 /// The end of the requests leaves the watchers running, as etcd does when a client closes its
-/// sending side; a broken request stream closes the watch stream.
+/// sending side; a broken request stream closes the watch stream. Each create is checked
+/// against the caller's read permission as the stream's metadata names it (the token is looked
+/// up at each create, as etcd does).
 pub(super) async fn forward_requests<E>(
-    hub: Arc<Hub>,
+    member: Arc<Member>,
+    md: MetadataMap,
     stream: u64,
     out: Arc<Outbox>,
     mut requests: impl Stream<Item = Result<WatchRequest, E>> + Unpin,
 ) {
+    let hub = member.hub.clone();
     while let Some(r) = requests.next().await {
         let Ok(r) = r else {
             hub.close_stream(stream);
@@ -98,7 +113,10 @@ pub(super) async fn forward_requests<E>(
         };
         out.room().await;
         match r.request_union {
-            Some(RequestUnion::CreateRequest(c)) => hub.create(stream, &c),
+            Some(RequestUnion::CreateRequest(c)) => match may_watch(&member, &md, &c).await {
+                Ok(()) => hub.create(stream, &c),
+                Err(_) => hub.refuse(stream, &c, PERMISSION_DENIED),
+            },
             Some(RequestUnion::CancelRequest(c)) => hub.cancel(stream, c.watch_id),
             Some(RequestUnion::ProgressRequest(_)) => hub.progress_request(stream),
             None => {}

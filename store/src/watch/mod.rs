@@ -510,6 +510,24 @@ impl Hub {
         }
     }
 
+    /// Refuses a create request without making a watcher: answers it created and canceled at
+    /// once, with `reason` (etcd's answer to a watch the client may not read).
+    pub fn refuse(&self, stream: u64, req: &WatchCreateRequest, reason: &str) {
+        let cur = self.mvcc.current_rev();
+        let out = match self.inner.lock().streams.get(&stream) {
+            Some(s) => s.out.clone(),
+            None => return,
+        };
+        let resp = WatchResponse {
+            watch_id: req.watch_id,
+            created: true,
+            canceled: true,
+            cancel_reason: reason.to_string(),
+            ..Default::default()
+        };
+        out.push(vec![self.control(cur, resp)], true);
+    }
+
     /// Cancels a watcher by its client id; answers `canceled` if it existed.
     pub fn cancel(&self, stream: u64, id: i64) {
         let mut g = self.inner.lock();

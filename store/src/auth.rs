@@ -22,7 +22,6 @@
 //! - The lessor's own revokes (`Command::LeaseExpire`) are not checked: etcd revokes expired
 //!   leases as root.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use keel_auth::{AuthError, AuthInfo, AuthState, Permission, SimpleTokens, UserPassword};
@@ -31,6 +30,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::mvcc::lease::LeaseTable;
+use crate::mvcc::ApplyBatch;
 use crate::raft::{Command, Proto};
 
 /// The metadata name of the auth record.
@@ -101,69 +101,58 @@ impl Tokens {
     }
 }
 
-/// The auth state's part of an applied batch: the state to change and this member's tokens.
-pub struct Applying<'a> {
-    pub state: &'a mut AuthState,
-    pub tokens: &'a Tokens,
-    /// The log index of the entry being applied (part of Authenticate's token).
-    pub index: u64,
-}
-
-/// Whether applying `cmd` changes the auth state (reads need not write the record).
-pub fn changes_state(cmd: &AuthCommand) -> bool {
-    !matches!(
-        cmd,
-        AuthCommand::Authenticate { .. }
-            | AuthCommand::UserGet { .. }
-            | AuthCommand::UserList
-            | AuthCommand::RoleGet { .. }
-            | AuthCommand::RoleList
-    )
-}
-
-/// Applies a management request from `who`, with etcd's checks in etcd's order: the admin check
-/// first (UserGet of oneself and RoleGet of one's own role excepted; Authenticate needs none),
-/// then the operation's own.
-pub fn apply(at: Applying<'_>, who: &AuthInfo, cmd: &AuthCommand) -> Result<AuthReply, AuthError> {
+/// Applies a management request from `who` in the batch, with etcd's checks in etcd's order:
+/// the admin check first (UserGet of oneself and RoleGet of one's own role excepted;
+/// Authenticate needs none), then the operation's own. Reads and Authenticate leave the state as
+/// it is (no record written); a change answers `Done`. `index` is the entry's log index (part of
+/// Authenticate's token).
+pub fn apply(
+    batch: &mut ApplyBatch,
+    tokens: &Tokens,
+    index: u64,
+    who: &AuthInfo,
+    cmd: &AuthCommand,
+) -> Result<AuthReply, AuthError> {
     use AuthCommand as C;
-    let state = at.state;
+    let state = batch.auth();
     match cmd {
         C::Authenticate { .. } => {}
         C::UserGet { name } => state.is_user_get_permitted(who, name)?,
         C::RoleGet { role } => state.is_role_get_permitted(who, role)?,
         _ => state.is_admin_permitted(who)?,
     }
-    let names = |v: &[String]| AuthReply::Names(v.to_vec());
-    Ok(match cmd {
-        C::Enable => state.auth_enable().map(|_| AuthReply::Done)?,
-        C::Disable => {
-            at.tokens.with(|t, _| state.auth_disable(t));
-            AuthReply::Done
+    match cmd {
+        C::Authenticate { name, prefix } => {
+            return Ok(AuthReply::Token(tokens.with(|t, now| {
+                t.expire(now);
+                state.authenticate(t, name, prefix, index, now)
+            })?))
         }
-        C::Authenticate { name, prefix } => AuthReply::Token(at.tokens.with(|t, now| {
-            t.expire(now);
-            state.authenticate(t, name, prefix, at.index, now)
-        })?),
-        C::UserAdd { name, password } => state.user_add(name, password.clone()).map(|_| AuthReply::Done)?,
-        C::UserGet { name } => names(state.user_get(name)?),
-        C::UserList => AuthReply::Names(state.user_list()),
-        C::UserDelete { name } => at.tokens.with(|t, _| state.user_delete(name, t)).map(|_| AuthReply::Done)?,
+        C::UserGet { name } => return Ok(AuthReply::Names(state.user_get(name)?.to_vec())),
+        C::UserList => return Ok(AuthReply::Names(state.user_list())),
+        C::RoleGet { role } => return Ok(AuthReply::Permissions(state.role_get(role)?.to_vec())),
+        C::RoleList => return Ok(AuthReply::Names(state.role_list())),
+        _ => {}
+    }
+    let state = batch.auth_mut();
+    match cmd {
+        C::Enable => state.auth_enable()?,
+        C::Disable => tokens.with(|t, _| state.auth_disable(t)),
+        C::UserAdd { name, password } => state.user_add(name, password.clone())?,
+        C::UserDelete { name } => tokens.with(|t, _| state.user_delete(name, t))?,
         C::UserChangePassword { name, hash } => {
-            at.tokens.with(|t, _| state.user_change_password(name, hash.clone(), t)).map(|_| AuthReply::Done)?
+            tokens.with(|t, _| state.user_change_password(name, hash.clone(), t))?
         }
-        C::UserGrantRole { user, role } => state.user_grant_role(user, role).map(|_| AuthReply::Done)?,
-        C::UserRevokeRole { name, role } => state.user_revoke_role(name, role).map(|_| AuthReply::Done)?,
-        C::RoleAdd { name } => state.role_add(name).map(|_| AuthReply::Done)?,
-        C::RoleGet { role } => AuthReply::Permissions(state.role_get(role)?.to_vec()),
-        C::RoleList => AuthReply::Names(state.role_list()),
-        C::RoleDelete { role } => state.role_delete(role).map(|_| AuthReply::Done)?,
-        C::RoleGrantPermission { name, perm } => {
-            state.role_grant_permission(name, perm.clone()).map(|_| AuthReply::Done)?
-        }
-        C::RoleRevokePermission { role, key, range_end } => {
-            state.role_revoke_permission(role, key, range_end).map(|_| AuthReply::Done)?
-        }
-    })
+        C::UserGrantRole { user, role } => state.user_grant_role(user, role)?,
+        C::UserRevokeRole { name, role } => state.user_revoke_role(name, role)?,
+        C::RoleAdd { name } => state.role_add(name)?,
+        C::RoleDelete { role } => state.role_delete(role)?,
+        C::RoleGrantPermission { name, perm } => state.role_grant_permission(name, perm.clone())?,
+        C::RoleRevokePermission { role, key, range_end } => state.role_revoke_permission(role, key, range_end)?,
+        // Answered above.
+        C::Authenticate { .. } | C::UserGet { .. } | C::UserList | C::RoleGet { .. } | C::RoleList => {}
+    }
+    Ok(AuthReply::Done)
 }
 
 /// The check etcd's auth applier makes on a client write before applying it (commands that
@@ -252,6 +241,3 @@ pub fn as_client(who: AuthInfo, cmd: Command) -> Command {
     }
     Command::Authed { user: who.username, revision: who.revision, cmd: Box::new(cmd) }
 }
-
-/// The table shared by a member's state machine and its client edge.
-pub type SharedTokens = Arc<Tokens>;

@@ -968,6 +968,13 @@ impl Member {
         Ok(self.tokens.with(|t, now| view.auth().auth_info(t, token, now))?)
     }
 
+    /// Writes `cmd` (as [`Member::write`]) for the client the metadata names: with its user and
+    /// auth revision when it sent a token, to be checked when the write is applied.
+    pub async fn write_for(&self, md: &tonic::metadata::MetadataMap, cmd: Command) -> Result<Reply> {
+        let who = self.auth_info(md).await?;
+        self.write(crate::auth::as_client(who, cmd)).await
+    }
+
     /// Whether the client the metadata names may manage the cluster (root role) while auth is
     /// on: etcd's check on defragment, snapshot, the hashes and membership changes.
     pub async fn check_admin(&self, md: &tonic::metadata::MetadataMap) -> Result<()> {

@@ -19,7 +19,7 @@ use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snaps
 use parking_lot::Mutex;
 
 use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
-use crate::auth::{self, Applying, Tokens};
+use crate::auth::{self, Tokens};
 use crate::engine::{Batch, Pair};
 use crate::error::{Error, Result};
 use crate::mvcc::{keys, kv, lease, registry, ApplyBatch, Mvcc};
@@ -130,16 +130,7 @@ fn apply_as(batch: &mut ApplyBatch, at: &EntryContext, who: &AuthInfo, cmd: &Com
         Command::Authed { user, revision, cmd } => {
             return apply_as(batch, at, &AuthInfo { username: user.clone(), revision: *revision }, cmd)
         }
-        Command::Auth(a) => {
-            let reply = if auth::changes_state(a) {
-                auth::apply(Applying { state: batch.auth_mut(), tokens: at.tokens, index: at.index }, who, a)
-            } else {
-                // Reads and Authenticate leave the state as it is: no record to write.
-                let mut state = batch.auth().clone();
-                auth::apply(Applying { state: &mut state, tokens: at.tokens, index: at.index }, who, a)
-            };
-            Reply::Auth(reply?)
-        }
+        Command::Auth(a) => Reply::Auth(auth::apply(batch, at.tokens, at.index, who, a)?),
     })
 }
 

@@ -13,7 +13,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::{status, unexpected};
-use crate::auth::{as_client, AuthCommand, AuthReply};
+use crate::auth::{AuthCommand, AuthReply};
 use crate::error::Error;
 use crate::node::Member;
 use crate::raft::{Command, Reply};
@@ -29,15 +29,7 @@ impl AuthService {
 
     /// Proposes a management request for the caller the metadata names; returns its reply.
     async fn manage(&self, md: &MetadataMap, cmd: AuthCommand) -> Result<AuthReply, Status> {
-        let who = self.member.auth_info(md).await.map_err(status)?;
-        self.propose(as_client(who, Command::Auth(cmd))).await
-    }
-
-    async fn propose(&self, cmd: Command) -> Result<AuthReply, Status> {
-        match self.member.write(cmd).await.map_err(status)? {
-            Reply::Auth(r) => Ok(r),
-            _ => Err(unexpected("auth")),
-        }
+        auth_reply(self.member.write_for(md, Command::Auth(cmd)).await)
     }
 
     /// A management request whose answer is only a header.
@@ -68,6 +60,14 @@ impl AuthService {
         tokio::task::spawn_blocking(move || keel_auth::hash_password(&password, cost))
             .await
             .map_err(|e| status(Error::Io(e.to_string())))
+    }
+}
+
+/// The reply to an auth command.
+fn auth_reply(r: crate::error::Result<Reply>) -> Result<AuthReply, Status> {
+    match r.map_err(status)? {
+        Reply::Auth(r) => Ok(r),
+        _ => Err(unexpected("auth")),
     }
 }
 
@@ -118,7 +118,7 @@ impl Auth for AuthService {
                 .map_err(|e| status(e.into()))?;
             let prefix = keel_auth::gen_token_prefix(&mut rand::rng());
             let cmd = Command::Auth(AuthCommand::Authenticate { name: r.name.clone(), prefix });
-            let AuthReply::Token(token) = self.propose(cmd).await? else {
+            let AuthReply::Token(token) = auth_reply(self.member.write(cmd).await)? else {
                 return Err(unexpected("Authenticate"));
             };
             if checked == self.member.mvcc.read().auth().revision() {

@@ -35,8 +35,7 @@ impl KvService {
         if size as u64 > self.member.limits.max_request_bytes {
             return Err(status(Error::RequestTooLarge));
         }
-        let who = self.member.auth_info(md).await.map_err(status)?;
-        self.member.write(auth::as_client(who, cmd)).await.map_err(status)
+        self.member.write_for(md, cmd).await.map_err(status)
     }
 
     /// The caller, once a linearizable read has passed its barrier (etcd looks the token up

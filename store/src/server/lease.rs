@@ -72,8 +72,7 @@ impl Lease for LeaseService {
 
     async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
         let (md, _, r) = req.into_parts();
-        let who = self.member.auth_info(&md).await.map_err(status)?;
-        match self.member.write(crate::auth::as_client(who, Command::LeaseRevoke(Proto(r)))).await.map_err(status)? {
+        match self.member.write_for(&md, Command::LeaseRevoke(Proto(r))).await.map_err(status)? {
             Reply::LeaseRevoke(Proto(mut resp)) => {
                 self.member.fill(&mut resp.header);
                 Ok(Response::new(resp))

@@ -315,6 +315,11 @@ pub enum WatcherState {
     Unsynced(i64),
 }
 
+/// The answer to a create request that makes no watcher: created and canceled at once.
+fn refusal(reason: &str, watch_id: i64) -> WatchResponse {
+    WatchResponse { watch_id, created: true, canceled: true, cancel_reason: reason.to_string(), ..Default::default() }
+}
+
 impl Hub {
     pub fn new(mvcc: Arc<Mvcc>) -> Self {
         let published = mvcc.current_rev();
@@ -446,25 +451,18 @@ impl Hub {
         let cur = self.mvcc.current_rev();
         let Some(s) = g.streams.get_mut(&stream) else { return };
         let out = s.out.clone();
-        let refuse = |reason: &str, id: i64| WatchResponse {
-            watch_id: id,
-            created: true,
-            canceled: true,
-            cancel_reason: reason.to_string(),
-            ..Default::default()
-        };
         let span = match req.range_end.as_ref() {
             [] => Span::Key,
             [0] => Span::From,
             end => Span::Range(Bytes::copy_from_slice(end)),
         };
         if matches!(&span, Span::Range(end) if req.key.as_ref() >= end.as_ref()) {
-            out.push(vec![self.control(cur, refuse(ERR_EMPTY_RANGE, -1))], true);
+            out.push(vec![self.control(cur, refusal(ERR_EMPTY_RANGE, -1))], true);
             return;
         }
         let id = if req.watch_id != 0 {
             if s.ids.contains_key(&req.watch_id) {
-                out.push(vec![self.control(cur, refuse(ERR_DUPLICATE_ID, -1))], true);
+                out.push(vec![self.control(cur, refusal(ERR_DUPLICATE_ID, -1))], true);
                 return;
             }
             req.watch_id
@@ -518,14 +516,7 @@ impl Hub {
             Some(s) => s.out.clone(),
             None => return,
         };
-        let resp = WatchResponse {
-            watch_id: req.watch_id,
-            created: true,
-            canceled: true,
-            cancel_reason: reason.to_string(),
-            ..Default::default()
-        };
-        out.push(vec![self.control(cur, resp)], true);
+        out.push(vec![self.control(cur, refusal(reason, req.watch_id))], true);
     }
 
     /// Cancels a watcher by its client id; answers `canceled` if it existed.

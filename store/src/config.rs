@@ -61,8 +61,34 @@ pub struct Config {
     pub auth_token_ttl: std::time::Duration,
     /// bcrypt's cost for password hashes (`--bcrypt-cost`, 4 to 31).
     pub bcrypt_cost: u32,
+    /// Client-side TLS: `--cert-file`, `--key-file`, `--trusted-ca-file`, `--client-cert-auth`,
+    /// `--auto-tls` (for `https://` client and metrics URLs).
+    pub client_tls: TlsFlags,
+    /// Peer-side TLS: the `--peer-*` twins of the client-side flags (for `https://` peer URLs).
+    pub peer_tls: TlsFlags,
     /// etcd flags that were given but that keel does not act on (yet), for the start-up warning.
     pub ignored: Vec<String>,
+}
+
+/// One side's TLS flags (client or peer), as etcd's `TLSInfo`; [`crate::tls`] acts on them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFlags {
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// CA whose signature a client certificate needs; setting it requires one at the handshake.
+    pub trusted_ca_file: Option<PathBuf>,
+    /// Require a client certificate the trusted CA signed (and, client side, take its common
+    /// name as the user when auth is on).
+    pub client_cert_auth: bool,
+    /// A self-signed certificate when none is given.
+    pub auto_tls: bool,
+}
+
+impl TlsFlags {
+    /// Whether the side has (or makes) a certificate to serve TLS with.
+    pub fn serves_tls(&self) -> bool {
+        (self.cert_file.is_some() && self.key_file.is_some()) || self.auto_tls
+    }
 }
 
 impl Default for Config {
@@ -110,6 +136,20 @@ const ACTED: &[(&str, &str, &str)] = &[
     ("auth-token", "simple", "Specify auth token specific options (keel serves 'simple' tokens)."),
     ("auth-token-ttl", "300", "The lifetime in seconds of the auth token."),
     ("bcrypt-cost", "10", "Specify bcrypt algorithm cost factor for auth password hashing."),
+    ("cert-file", "", "Path to the client server TLS cert file."),
+    ("key-file", "", "Path to the client server TLS key file."),
+    ("trusted-ca-file", "", "Path to the client server TLS trusted CA cert file."),
+    ("peer-cert-file", "", "Path to the peer server TLS cert file."),
+    ("peer-key-file", "", "Path to the peer server TLS key file."),
+    ("peer-trusted-ca-file", "", "Path to the peer server TLS trusted CA file."),
+];
+
+/// Boolean flags keel acts on (`--flag` or `--flag=true|false`): (name, help).
+const ACTED_BOOL: &[(&str, &str)] = &[
+    ("client-cert-auth", "Enable client cert authentication."),
+    ("auto-tls", "Client TLS using generated certificates."),
+    ("peer-client-cert-auth", "Enable peer client cert authentication."),
+    ("peer-auto-tls", "Peer TLS using generated certificates."),
 ];
 
 /// etcd 3.5 flags taking a value that keel accepts but does not act on yet.
@@ -119,7 +159,6 @@ const IGNORED_VALUED: &[&str] = &[
     "backend-batch-interval",
     "backend-batch-limit",
     "backend-bbolt-freelist-type",
-    "cert-file",
     "cipher-suites",
     "client-cert-allowed-hostname",
     "client-cert-file",
@@ -149,7 +188,6 @@ const IGNORED_VALUED: &[&str] = &[
     "grpc-keepalive-min-time",
     "grpc-keepalive-timeout",
     "host-whitelist",
-    "key-file",
     "log-outputs",
     "log-package-levels",
     "log-rotation-config-json",
@@ -160,12 +198,9 @@ const IGNORED_VALUED: &[&str] = &[
     "metrics",
     "peer-cert-allowed-cn",
     "peer-cert-allowed-hostname",
-    "peer-cert-file",
     "peer-client-cert-file",
     "peer-client-key-file",
     "peer-crl-file",
-    "peer-key-file",
-    "peer-trusted-ca-file",
     "proxy",
     "proxy-dial-timeout",
     "proxy-failure-wait",
@@ -177,15 +212,12 @@ const IGNORED_VALUED: &[&str] = &[
     "self-signed-cert-validity",
     "tls-max-version",
     "tls-min-version",
-    "trusted-ca-file",
     "v2-deprecation",
     "wal-dir",
 ];
 
 /// etcd 3.5 boolean flags (`--flag` or `--flag=true|false`) keel accepts but does not act on yet.
 const IGNORED_BOOL: &[&str] = &[
-    "auto-tls",
-    "client-cert-auth",
     "debug",
     "enable-grpc-gateway",
     "enable-log-rotation",
@@ -202,8 +234,6 @@ const IGNORED_BOOL: &[&str] = &[
     "experimental-txn-mode-write-with-shared-buffer",
     "force-new-cluster",
     "initial-election-tick-advance",
-    "peer-auto-tls",
-    "peer-client-cert-auth",
     "pre-vote",
     "socket-reuse-address",
     "socket-reuse-port",
@@ -232,18 +262,51 @@ fn command() -> Command {
     for name in IGNORED_VALUED {
         cmd = cmd.arg(Arg::new(*name).long(*name).env(env_name(name)).num_args(1).hide(true));
     }
+    let boolean = |name: &'static str| {
+        Arg::new(name).long(name).env(env_name(name)).num_args(0..=1).require_equals(true).default_missing_value("true")
+    };
+    for (name, help) in ACTED_BOOL {
+        cmd = cmd.arg(boolean(name).help(*help));
+    }
     for name in IGNORED_BOOL {
-        cmd = cmd.arg(
-            Arg::new(*name)
-                .long(*name)
-                .env(env_name(name))
-                .num_args(0..=1)
-                .require_equals(true)
-                .default_missing_value("true")
-                .hide(true),
-        );
+        cmd = cmd.arg(boolean(name).hide(true));
     }
     cmd
+}
+
+/// A boolean flag as Go's `strconv.ParseBool` reads it; absent is false.
+fn flag(m: &ArgMatches, name: &str) -> Result<bool, String> {
+    match m.get_one::<String>(name).map(String::as_str) {
+        None => Ok(false),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+        Some(other) => Err(format!("invalid boolean value {other:?} for -{name}: parse error")),
+    }
+}
+
+fn path(m: &ArgMatches, name: &str) -> Option<PathBuf> {
+    m.get_one::<String>(name).filter(|s| !s.is_empty()).map(PathBuf::from)
+}
+
+/// One side's TLS flags; `prefix` is `""` (client) or `"peer-"`.
+fn tls_flags(m: &ArgMatches, prefix: &str) -> Result<TlsFlags, String> {
+    Ok(TlsFlags {
+        cert_file: path(m, &format!("{prefix}cert-file")),
+        key_file: path(m, &format!("{prefix}key-file")),
+        trusted_ca_file: path(m, &format!("{prefix}trusted-ca-file")),
+        client_cert_auth: flag(m, &format!("{prefix}client-cert-auth"))?,
+        auto_tls: flag(m, &format!("{prefix}auto-tls"))?,
+    })
+}
+
+/// etcd's refusal of an `https://` URL on a side without a certificate.
+fn check_https(urls: &[String], tls: &TlsFlags, what: &str, flags: &str) -> Result<(), String> {
+    match urls.iter().find(|u| u.starts_with("https://")) {
+        Some(u) if !tls.serves_tls() => {
+            Err(format!("TLS key/cert ({flags}) must be provided for {what} url {u} with HTTPS scheme"))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn list(m: &ArgMatches, name: &str) -> Vec<String> {
@@ -323,6 +386,14 @@ impl Config {
                 keel_auth::MAX_BCRYPT_COST
             ));
         }
+        let listen_client_urls = list(&m, "listen-client-urls");
+        let listen_peer_urls = list(&m, "listen-peer-urls");
+        let listen_metrics_urls = list(&m, "listen-metrics-urls");
+        let client_tls = tls_flags(&m, "")?;
+        let peer_tls = tls_flags(&m, "peer-")?;
+        check_https(&listen_client_urls, &client_tls, "client", "--cert-file, --key-file")?;
+        check_https(&listen_metrics_urls, &client_tls, "metrics", "--cert-file, --key-file")?;
+        check_https(&listen_peer_urls, &peer_tls, "peer", "--peer-cert-file, --peer-key-file")?;
         let mut ignored: Vec<String> = IGNORED_VALUED
             .iter()
             .chain(IGNORED_BOOL)
@@ -333,9 +404,9 @@ impl Config {
         Ok(Invocation::Run(Box::new(Config {
             name,
             data_dir,
-            listen_client_urls: list(&m, "listen-client-urls"),
+            listen_client_urls,
             advertise_client_urls: list(&m, "advertise-client-urls"),
-            listen_peer_urls: list(&m, "listen-peer-urls"),
+            listen_peer_urls,
             initial_advertise_peer_urls,
             initial_cluster,
             initial_cluster_state,
@@ -352,10 +423,12 @@ impl Config {
                 0 => Some(DEFAULT_QUOTA_BYTES),
                 q => Some(q as u64),
             },
-            listen_metrics_urls: list(&m, "listen-metrics-urls"),
+            listen_metrics_urls,
             log_level,
             auth_token_ttl: std::time::Duration::from_secs(number(&m, "auth-token-ttl")?),
             bcrypt_cost,
+            client_tls,
+            peer_tls,
             ignored,
         })))
     }
@@ -425,14 +498,10 @@ fn parse_initial_cluster(s: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Resolves an `http://host:port` URL to a socket address.
+/// Resolves an `http://host:port` or `https://host:port` URL to a socket address.
 pub fn url_addr(url: &str) -> Result<SocketAddr, String> {
-    let rest = if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else if url.starts_with("https://") || url.starts_with("unixs://") {
-        return Err(format!("{url}: TLS listeners are not supported yet"));
-    } else {
-        return Err(format!("{url}: URL scheme must be http"));
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return Err(format!("{url}: URL scheme must be http or https"));
     };
     let hostport = rest.trim_end_matches('/');
     hostport
@@ -498,8 +567,40 @@ mod tests {
     }
 
     #[test]
+    fn tls_flags_parse_and_https_needs_a_certificate() {
+        let c = Config::parse_from([
+            "keel",
+            "--listen-client-urls=https://127.0.0.1:2379",
+            "--cert-file=/c.pem",
+            "--key-file",
+            "/k.pem",
+            "--trusted-ca-file=/ca.pem",
+            "--client-cert-auth",
+            "--peer-auto-tls=true",
+            "--peer-client-cert-auth=false",
+        ])
+        .unwrap();
+        assert_eq!(c.client_tls.cert_file, Some(PathBuf::from("/c.pem")));
+        assert_eq!(c.client_tls.key_file, Some(PathBuf::from("/k.pem")));
+        assert_eq!(c.client_tls.trusted_ca_file, Some(PathBuf::from("/ca.pem")));
+        assert!(c.client_tls.client_cert_auth && !c.client_tls.auto_tls);
+        assert!(c.peer_tls.auto_tls && !c.peer_tls.client_cert_auth && c.peer_tls.cert_file.is_none());
+        assert!(c.ignored.is_empty());
+        let e = Config::parse_from(["keel", "--listen-client-urls=https://127.0.0.1:2379"]).unwrap_err();
+        assert_eq!(
+            e,
+            "TLS key/cert (--cert-file, --key-file) must be provided for client url https://127.0.0.1:2379 with HTTPS scheme"
+        );
+        let e = Config::parse_from(["keel", "--listen-peer-urls=https://127.0.0.1:2380", "--cert-file=/c.pem"]);
+        assert!(e.unwrap_err().contains("(--peer-cert-file, --peer-key-file) must be provided for peer url"));
+        assert!(Config::parse_from(["keel", "--listen-client-urls=https://127.0.0.1:2379", "--auto-tls"]).is_ok());
+        assert!(Config::parse_from(["keel", "--auto-tls=maybe"]).is_err());
+    }
+
+    #[test]
     fn urls_resolve() {
         assert_eq!(url_addr("http://127.0.0.1:2379").unwrap(), "127.0.0.1:2379".parse().unwrap());
-        assert!(url_addr("https://127.0.0.1:2379").is_err());
+        assert_eq!(url_addr("https://127.0.0.1:2379").unwrap(), "127.0.0.1:2379".parse().unwrap());
+        assert!(url_addr("unix://keel.sock").is_err());
     }
 }

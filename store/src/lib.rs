@@ -20,6 +20,7 @@ pub mod raft;
 pub mod rounds;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 pub mod watch;
 
 pub use error::{Error, Result};

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use keel_store::config::{Config, Invocation};
 use keel_store::engine::RocksEngine;
+use keel_store::engine::SyncMode;
 use keel_store::node::{Member, ETCD_API_VERSION};
+use keel_store::raft::network::Dialer;
 use keel_store::server;
+use keel_store::tls::{Incoming, Tls};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -93,8 +96,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let addrs = cfg.client_addrs().map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&cfg.data_dir)?;
+    let tls = Tls::load(&cfg).map_err(anyhow::Error::msg)?;
     let engine = Arc::new(RocksEngine::open(&cfg.data_dir.join("db"))?);
-    let member = Member::start(&cfg, engine).await?;
+    let dialer = Dialer::tcp(tls.peer_dialing().map_err(anyhow::Error::msg)?);
+    let member = Member::start_with(&cfg, engine, dialer, SyncMode::Background).await?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = Vec::new();
@@ -103,15 +108,29 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     let peer_addrs = cfg.peer_addrs().map_err(anyhow::Error::msg)?;
     let metrics_addrs = cfg.metrics_addrs().map_err(anyhow::Error::msg)?;
+    let secure = |urls: &[String]| urls.iter().map(|u| u.starts_with("https://")).collect::<Vec<_>>();
     let listeners = addrs
         .into_iter()
-        .map(|a| (a, Listener::Client))
-        .chain(peer_addrs.into_iter().map(|a| (a, Listener::Peer)))
-        .chain(metrics_addrs.into_iter().map(|a| (a, Listener::Metrics)));
-    for (addr, kind) in listeners {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        .zip(secure(&cfg.listen_client_urls))
+        .map(|(a, s)| (a, Listener::Client, s.then_some(&tls.client)))
+        .chain(
+            peer_addrs
+                .into_iter()
+                .zip(secure(&cfg.listen_peer_urls))
+                .map(|(a, s)| (a, Listener::Peer, s.then_some(&tls.peer))),
+        )
+        .chain(
+            metrics_addrs
+                .into_iter()
+                .zip(secure(&cfg.listen_metrics_urls))
+                .map(|(a, s)| (a, Listener::Metrics, s.then_some(&tls.client))),
+        );
+    for (addr, kind, side) in listeners {
+        let side = side.map(|s| s.as_ref().expect("https URLs were checked to have a certificate"));
+        let listener = Incoming::new(tokio::net::TcpListener::bind(addr).await?, side)?;
         let (shutdown, m) = (stopped(stop_rx.clone()), member.clone());
-        tracing::info!(%addr, "serving {kind:?} traffic");
+        let scheme = if side.is_some() { "https" } else { "http" };
+        tracing::info!(%addr, scheme, "serving {kind:?} traffic");
         servers.push(match kind {
             Listener::Client => tokio::spawn(server::serve(m, listener, shutdown)),
             Listener::Peer => tokio::spawn(server::serve_with(listener, server::peer_router(m), shutdown)),

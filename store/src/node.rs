@@ -953,9 +953,17 @@ impl Member {
     /// once this member has applied the Authenticate entry that issued it (the index in its
     /// name), so it works on every member; one that is unknown, expired or malformed is
     /// `invalid auth token`. The auth revision is the one this member has applied.
+    ///
+    /// Without a token, a gRPC request on a `--client-cert-auth` connection is from the user its
+    /// verified certificate names (its common name), at the auth revision this member has applied.
     pub async fn auth_info(&self, md: &tonic::metadata::MetadataMap) -> Result<AuthInfo> {
         let Some(token) = md.get("token").or_else(|| md.get("authorization")) else {
-            return Ok(AuthInfo::default());
+            let cert_user =
+                md.get(crate::server::CERT_USER).and_then(|v| String::from_utf8(v.as_bytes().to_vec()).ok());
+            return Ok(match cert_user {
+                Some(username) => AuthInfo { username, revision: self.mvcc.read().auth().revision() },
+                None => AuthInfo::default(),
+            });
         };
         let invalid = || Error::Auth(AuthError::InvalidAuthToken);
         let token = token.to_str().map_err(|_| invalid())?;

@@ -58,6 +58,10 @@ struct Step {
     /// Whether etcdctl exits 0 against etcd (checked, to keep the script honest).
     ok: bool,
     background: Background,
+    /// Compare only the exit code and the last line of stderr: for connections refused at the
+    /// TLS handshake, where the Go and Rust TLS stacks word the alert in etcdctl's retry log
+    /// differently (and etcd 3.4 stops at TLS 1.2).
+    loose: bool,
 }
 
 /// Watches running in the background across steps.
@@ -77,7 +81,13 @@ fn ok(args: &str) -> Step {
         stdin: None,
         ok: true,
         background: Background::No,
+        loose: false,
     }
+}
+
+/// A step that fails at the TLS handshake ([`Step::loose`]).
+fn refused(args: &str) -> Step {
+    Step { loose: true, ..fails(args) }
 }
 
 fn fails(args: &str) -> Step {
@@ -427,13 +437,18 @@ struct Target<'a> {
     server: &'a Server,
     leases: Vec<i64>,
     watches: HashMap<&'static str, Etcdctl>,
+    /// What `{certs}` stands for: the directory of the test's certificates.
+    certs: Option<String>,
 }
 
 impl Target<'_> {
-    /// `text` with `{leaseN}` replaced by this server's id of lease N (hex, as etcdctl takes it)
-    /// and `{next}` by its current revision + 1.
+    /// `text` with `{leaseN}` replaced by this server's id of lease N (hex, as etcdctl takes it),
+    /// `{next}` by its current revision + 1 and `{certs}` by the certificates' directory.
     async fn substitute(&self, text: &str) -> String {
         let mut text = text.to_string();
+        if let Some(certs) = &self.certs {
+            text = text.replace("{certs}", certs);
+        }
         for (n, id) in self.leases.iter().enumerate() {
             text = text.replace(&format!("{{lease{}}}", n + 1), &format!("{id:x}"));
         }
@@ -790,16 +805,118 @@ async fn etcdctl_auth_flow_matches_etcd() {
     compare(auth_script(), &["--bcrypt-cost=4"]).await;
 }
 
+/// etcdctl over mutual TLS: the client URL is `https://`, the server requires a certificate the
+/// test's CA signed (`--client-cert-auth --trusted-ca-file`), and with auth on a certificate's
+/// common name is the user when no `--user` is given.
+fn tls_script() -> Vec<Step> {
+    let with = |who: &str, args: &str| {
+        format!("--cacert={{certs}}/ca.pem --cert={{certs}}/{who}.pem --key={{certs}}/{who}-key.pem {args}")
+    };
+    let root = |args: &str| ok(&with("root", args));
+    let alice = |args: &str| ok(&with("alice", args));
+    let alice_fails = |args: &str| fails(&with("alice", args));
+    vec![
+        root("put a 1"),
+        root("get a"),
+        alice("get a -w json"),
+        root("endpoint health"),
+        root("endpoint status -w table"),
+        // refused at the handshake: no client certificate, one another CA signed, and a server
+        // certificate the client cannot verify
+        refused("--dial-timeout=1s --cacert={certs}/ca.pem get a"),
+        refused(&format!("--dial-timeout=1s {}", with("foreign", "get a"))),
+        refused("--dial-timeout=1s --cert={certs}/root.pem --key={certs}/root-key.pem get a"),
+        // auth: the certificate's common name is the user
+        root("user add root:rootpw"),
+        root("user add alice:alicepw"),
+        root("role add reader"),
+        root("role grant-permission reader read a"),
+        root("user grant-role alice reader"),
+        root("auth enable"),
+        alice("get a"),
+        alice_fails("put a 2"),
+        alice_fails("del a"),
+        root("put a 3"),
+        alice("get a"),
+        // a token beats the certificate
+        alice("--user root:rootpw put a 4"),
+        alice_fails("--user alice:wrong get a"),
+        fails(&with("bob", "get a")),
+        alice_fails("user list"),
+        root("user list"),
+        root("role revoke-permission reader a"),
+        alice_fails("get a"),
+        root("auth disable"),
+        alice("put a 5"),
+        ok(&with("bob", "get a")),
+    ]
+}
+
+#[tokio::test]
+async fn etcdctl_over_mutual_tls_matches_etcd() {
+    let pki = common::pki::Pki::new();
+    let server = pki.issue("server", "keel-test-server");
+    let root = pki.issue("root", "root");
+    for (name, cn) in [("alice", "alice"), ("bob", "bob")] {
+        pki.issue(name, cn);
+    }
+    pki.issue_foreign("foreign", "root");
+    let flags = [
+        format!("--cert-file={}", server.cert.display()),
+        format!("--key-file={}", server.key.display()),
+        format!("--trusted-ca-file={}", pki.ca_file().display()),
+        "--client-cert-auth".to_string(),
+        "--bcrypt-cost=4".to_string(),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let secure = common::Secure { client: Some(pki.client_config(Some(&root))), peer: false };
+    let against = Kind::under_test();
+    let (etcd, other) = tokio::join!(
+        Server::start_secure(Kind::Etcd, &flags, secure.clone()),
+        Server::start_secure(against, &flags, secure.clone())
+    );
+    // /health and /metrics follow the client URL: over TLS, and only with a client certificate.
+    for server in [&etcd, &other] {
+        let name = server.kind().name();
+        let health = https_get(pki.client_config(Some(&root)), server.client_port(), "/health").await;
+        let health = health.unwrap_or_else(|e| panic!("{name}: GET /health over TLS: {e}"));
+        assert_eq!(health.status, 200, "{name}: /health over TLS: {health:?}");
+        let health: Value = serde_json::from_str(&health.body).expect("/health JSON");
+        assert_eq!(health["health"], "true", "{name}: /health over TLS");
+        let metrics = https_get(pki.client_config(Some(&root)), server.client_port(), "/metrics").await;
+        let metrics = metrics.unwrap_or_else(|e| panic!("{name}: GET /metrics over TLS: {e}"));
+        assert_eq!(metrics.status, 200, "{name}: /metrics over TLS");
+        assert!(metrics.body.contains("etcd_server_has_leader"), "{name}: /metrics over TLS");
+        let refused = https_get(pki.client_config(None), server.client_port(), "/health").await;
+        assert!(refused.is_err(), "{name}: /health without a client certificate answered {refused:?}");
+        let plain = http_get(server.client_port(), "/health").await;
+        assert!(plain.map_or(true, |r| r.status != 200), "{name}: /health answered over plain HTTP on a TLS URL");
+    }
+    compare_on(tls_script(), &etcd, &other, Some(&pki.dir())).await;
+}
+
 /// Runs `steps` against a fresh etcd and a fresh server under test, both started with `flags`,
 /// and fails with every difference.
 async fn compare(steps: Vec<Step>, flags: &[&str]) {
     let against = Kind::under_test();
-    let name = against.name();
     let (etcd, other) = tokio::join!(Server::start_with(Kind::Etcd, flags), Server::start_with(against, flags));
+    compare_on(steps, &etcd, &other, None).await;
+}
+
+/// Runs `steps` against `etcd` and `other` and fails with every difference; `{certs}` in a step
+/// stands for `certs`.
+async fn compare_on(steps: Vec<Step>, etcd: &Server, other: &Server, certs: Option<&std::path::Path>) {
+    let name = other.kind().name();
     let started = std::time::Instant::now();
     let trace = std::env::var_os("KEEL_DIFF_TRACE").is_some_and(|v| !v.is_empty() && v != "0");
     let mut differences = Vec::new();
-    let mut targets = [&etcd, &other].map(|server| Target { server, leases: Vec::new(), watches: HashMap::new() });
+    let certs = certs.map(|c| c.display().to_string());
+    let mut targets = [etcd, other].map(|server| Target {
+        server,
+        leases: Vec::new(),
+        watches: HashMap::new(),
+        certs: certs.clone(),
+    });
     for (i, step) in steps.iter().enumerate() {
         let want = targets[0].run(step).await;
         if trace {
@@ -821,7 +938,9 @@ async fn compare(steps: Vec<Step>, flags: &[&str]) {
             if step.ok { "succeed" } else { "fail" },
         );
         let got = targets[1].run(step).await;
-        if want != got {
+        let last_line = |o: &Outcome| o.stderr.trim_end().lines().last().unwrap_or_default().to_string();
+        let same = if step.loose { want.code == got.code && last_line(&want) == last_line(&got) } else { want == got };
+        if !same {
             differences.push(format!(
                 "step {i}: {}\n  etcd: exit {:?}\n    stdout: {:?}\n    stderr: {:?}\n  \
                  {name}: exit {:?}\n    stdout: {:?}\n    stderr: {:?}",
@@ -858,13 +977,32 @@ struct HttpResponse {
 
 /// `GET path` over a plain TCP connection with `Connection: close`.
 async fn http_get(port: u16, path: &str) -> Result<HttpResponse, String> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| format!("connect: {e}"));
+    http_get_on(stream?, port, path).await
+}
+
+/// `GET path` over TLS as `tls` says, with `Connection: close`.
+async fn https_get(tls: std::sync::Arc<rustls::ClientConfig>, port: u16, path: &str) -> Result<HttpResponse, String> {
+    let mut tls = (*tls).clone();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let stream = common::pki::dial(std::sync::Arc::new(tls), port).await.map_err(|e| format!("TLS connect: {e}"))?;
+    http_get_on(stream, port, path).await
+}
+
+async fn http_get_on<S>(mut stream: S, port: u16, path: &str) -> Result<HttpResponse, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let exchange = async {
-        let mut stream =
-            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| format!("connect: {e}"))?;
         let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.map_err(|e| format!("receive: {e}"))?;
+        match stream.read_to_end(&mut raw).await {
+            Ok(_) => {}
+            // Go's server closes a TLS connection without close_notify after `Connection: close`.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => return Err(format!("receive: {e}")),
+        }
         parse_http(&raw)
     };
     tokio::time::timeout(Duration::from_secs(10), exchange)

@@ -26,7 +26,6 @@ use openraft::BasicNode;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Channel, Endpoint};
 
 use super::TypeConfig;
@@ -38,8 +37,7 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A byte stream to a peer, whatever carries it.
-pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
+pub use crate::tls::Conn as PeerIo;
 
 /// Opens a connection to a peer URL: the network seam. The binary dials TCP (the default); the
 /// simulation passes turmoil's connector, so the same member code runs on simulated links.
@@ -50,14 +48,21 @@ pub type Connector =
 #[derive(Clone, Default)]
 pub struct Dialer {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
-    /// `None`: plain TCP.
+    /// `None`: TCP.
     connector: Option<Connector>,
+    /// How TCP connections to `https://` peer URLs do their TLS handshake.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Dialer {
     /// A dialer that opens connections with `connector` instead of TCP.
     pub fn with_connector(connector: Connector) -> Self {
-        Dialer { channels: Default::default(), connector: Some(connector) }
+        Dialer { channels: Default::default(), connector: Some(connector), tls: None }
+    }
+
+    /// A dialer over TCP that speaks TLS, as `tls` says, to `https://` peer URLs.
+    pub fn tcp(tls: Arc<rustls::ClientConfig>) -> Self {
+        Dialer { channels: Default::default(), connector: None, tls: Some(tls) }
     }
 
     /// A client for the peer at `url` (the first of a member's comma-separated peer URLs).
@@ -67,7 +72,10 @@ impl Dialer {
         if let Some(c) = channels.get(&url) {
             return Ok(RaftClient::new(c.clone()));
         }
-        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| format!("bad peer URL {url:?}: {e}"))?;
+        // tonic is given http://: the TLS is ours, done by the connector.
+        let tls = self.tls.clone().filter(|_| url.starts_with("https://"));
+        let target = if tls.is_some() { url.replacen("https://", "http://", 1) } else { url.clone() };
+        let endpoint = Endpoint::from_shared(target).map_err(|e| format!("bad peer URL {url:?}: {e}"))?;
         // HTTP/2 pings find a connection a partition or a dead peer left hung within a couple of
         // seconds, so forwarded requests do not wait out their whole deadline on it.
         let endpoint = endpoint
@@ -76,9 +84,10 @@ impl Dialer {
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
-        let channel = match &self.connector {
-            None => endpoint.connect_lazy(),
-            Some(connect) => channel_via(endpoint, connect),
+        let channel = match (&self.connector, tls) {
+            (Some(connect), _) => channel_via(endpoint, connect),
+            (None, Some(tls)) => channel_via(endpoint, &tls_connector(tls)),
+            (None, None) => endpoint.connect_lazy(),
         };
         channels.insert(url, channel.clone());
         Ok(RaftClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
@@ -97,6 +106,18 @@ pub fn channel_via(endpoint: Endpoint, connect: &Connector) -> Channel {
         let opening = connect(uri);
         async move { opening.await.map(hyper_util::rt::TokioIo::new) }
     }))
+}
+
+/// Opens TCP connections and does a TLS handshake on each, as `tls` says.
+fn tls_connector(tls: Arc<rustls::ClientConfig>) -> Connector {
+    Arc::new(move |uri: http::Uri| {
+        let tls = tls.clone();
+        Box::pin(async move {
+            let host =
+                uri.host().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "peer URL without a host"))?;
+            crate::tls::dial(Some(tls), host, uri.port_u16().unwrap_or(443)).await
+        })
+    })
 }
 
 /// Encodes a value for the peer service.

@@ -11,10 +11,10 @@
 //! not open with the HTTP/2 preface (plain HTTP/1.1 for `/health`) is copied as is.
 
 use std::io;
-use std::net::SocketAddr;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
-use tokio::net::TcpListener;
+
+use crate::tls::{ConnInfo, Incoming};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const HEADERS: u8 = 0x1;
@@ -28,48 +28,44 @@ const MAX_FRAME: usize = 16_384;
 /// The largest header block we accept from a client before giving up on the connection.
 const MAX_HEADER_BLOCK: usize = 1 << 20;
 
-/// A listener whose connections go through the `:authority` pump.
+/// A listener whose connections (plain or TLS, handshakes done) go through the `:authority` pump.
 pub struct FixingListener {
-    inner: TcpListener,
+    inner: Incoming,
 }
 
 impl FixingListener {
-    pub fn new(inner: TcpListener) -> Self {
+    pub fn new(inner: Incoming) -> Self {
         Self { inner }
     }
 }
 
 impl axum::serve::Listener for FixingListener {
     type Io = DuplexStream;
-    type Addr = SocketAddr;
+    type Addr = ConnInfo;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.inner.accept().await {
-                Ok((tcp, addr)) => {
-                    let _ = tcp.set_nodelay(true);
-                    let (server_side, pump_side) = tokio::io::duplex(256 * 1024);
-                    tokio::spawn(async move {
-                        let (client_r, mut client_w) = tcp.into_split();
-                        let (pump_r, pump_w) = tokio::io::split(pump_side);
-                        let up = tokio::spawn(pump_client(client_r, pump_w));
-                        let mut pump_r = pump_r;
-                        let _ = tokio::io::copy(&mut pump_r, &mut client_w).await;
-                        let _ = client_w.shutdown().await;
-                        up.abort();
-                    });
-                    return (server_side, addr);
-                }
-                Err(e) => {
-                    tracing::debug!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            }
-        }
+        let (conn, info) = self.inner.accept().await;
+        let (server_side, pump_side) = tokio::io::duplex(256 * 1024);
+        tokio::spawn(async move {
+            let (client_r, mut client_w) = tokio::io::split(conn);
+            let (pump_r, pump_w) = tokio::io::split(pump_side);
+            let up = tokio::spawn(pump_client(client_r, pump_w));
+            let mut pump_r = pump_r;
+            let _ = tokio::io::copy(&mut pump_r, &mut client_w).await;
+            let _ = client_w.shutdown().await;
+            up.abort();
+        });
+        (server_side, info)
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
         self.inner.local_addr()
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, FixingListener>> for ConnInfo {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, FixingListener>) -> Self {
+        stream.remote_addr().clone()
     }
 }
 

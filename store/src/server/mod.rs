@@ -27,11 +27,11 @@ use keel_proto::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcdserverpb::lease_server::LeaseServer;
 use keel_proto::etcdserverpb::maintenance_server::MaintenanceServer;
-use tokio::net::TcpListener;
 use tonic::{Code, Status};
 
 use crate::error::Error;
 use crate::node::Member;
+use crate::tls::{ConnInfo, Incoming};
 
 /// etcd's gRPC status for an error: the code etcd uses and its exact message.
 pub fn status(e: Error) -> Status {
@@ -128,13 +128,31 @@ where
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 
-/// The client API on a TCP listener whose connections pass through the `:authority` pump.
+/// The client API on a listener (TCP, TLS when its URL is `https://`) whose connections pass
+/// through the `:authority` pump; each request knows its connection ([`ConnInfo`]).
 pub async fn serve(
     member: Arc<Member>,
-    listener: TcpListener,
+    listener: Incoming,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with(authority::FixingListener::new(listener), client_router(member), shutdown).await
+    let router = client_router(member).into_make_service_with_connect_info::<ConnInfo>();
+    axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
+}
+
+/// The metadata key under which a gRPC request carries its connection's verified certificate
+/// user ([`cert_user`]); a client can never set it, since the edge removes it from every request.
+pub const CERT_USER: &str = "keel-tls-common-name";
+
+/// Puts the common name of the connection's verified client certificate (client side with
+/// `--client-cert-auth`) in the request's metadata for the auth layer, after removing whatever
+/// the client sent under that name. etcd takes the name only on gRPC, not through its gateway.
+async fn cert_user(mut req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    req.headers_mut().remove(CERT_USER);
+    let user = req.extensions().get::<axum::extract::ConnectInfo<ConnInfo>>().and_then(|c| c.0.user.clone());
+    if let Some(v) = user.and_then(|u| ::http::HeaderValue::from_bytes(u.as_bytes()).ok()) {
+        req.headers_mut().insert(CERT_USER, v);
+    }
+    next.run(req).await
 }
 
 /// Every client-facing service, gRPC and HTTP, as one router.
@@ -166,6 +184,7 @@ pub fn client_router(member: Arc<Member>) -> axum::Router {
         .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
         .layer(axum::middleware::from_fn_with_state(member.clone(), ready_gate))
         .layer(axum::middleware::from_fn_with_state(member.clone(), metrics::count_grpc))
+        .layer(axum::middleware::from_fn(cert_user))
         .merge(http::router(member.clone()))
         .merge(metrics::router(member.clone()))
         .merge(gateway::router(member))

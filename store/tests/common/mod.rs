@@ -21,12 +21,14 @@
 #![allow(dead_code)]
 
 pub mod etcdctl;
+pub mod pki;
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_proto::etcdserverpb::kv_client::KvClient;
@@ -75,6 +77,14 @@ impl Kind {
     }
 }
 
+/// Which of a test server's URLs are `https://`: the client URL, reached by the harness (its
+/// readiness probe and [`Server::channel`]) with this TLS client configuration, and the peer URL.
+#[derive(Clone, Default)]
+pub struct Secure {
+    pub client: Option<Arc<rustls::ClientConfig>>,
+    pub peer: bool,
+}
+
 /// A running etcd or keel process on 127.0.0.1: a single-member cluster, or one member of a
 /// cluster started with [`start_cluster`].
 pub struct Server {
@@ -86,6 +96,7 @@ pub struct Server {
     client_port: u16,
     peer_port: u16,
     extra_args: Vec<String>,
+    secure: Secure,
     child: Option<Child>,
     /// How many times the process was spawned (1 after start, +1 per restart).
     spawns: u32,
@@ -99,9 +110,15 @@ impl Server {
 
     /// Like [`Server::start`], appending `extra_args` (etcd flags) to the command line.
     pub async fn start_with(kind: Kind, extra_args: &[&str]) -> Server {
+        Server::start_secure(kind, extra_args, Secure::default()).await
+    }
+
+    /// Like [`Server::start_with`], with the URLs `secure` makes `https://` (the TLS flags are
+    /// the caller's, in `extra_args`).
+    pub async fn start_secure(kind: Kind, extra_args: &[&str], secure: Secure) -> Server {
         const ATTEMPTS: u32 = 3;
         for attempt in 1..=ATTEMPTS {
-            let mut server = unstarted(kind, "default", extra_args);
+            let mut server = unstarted(kind, "default", extra_args, &secure);
             server.spawn();
             match server.wait_ready().await {
                 Ok(()) => return server,
@@ -152,9 +169,10 @@ impl Server {
         self.kind
     }
 
-    /// `http://127.0.0.1:<client port>`, the URL given to `--listen-client-urls`.
+    /// `http(s)://127.0.0.1:<client port>`, the URL given to `--listen-client-urls`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.secure.client.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     pub fn client_port(&self) -> u16 {
@@ -185,13 +203,30 @@ impl Server {
 
     /// A fresh gRPC channel to the client URL (each request bounded by [`REQUEST_TIMEOUT`]).
     pub async fn channel(&self) -> Channel {
-        Endpoint::from_shared(self.endpoint())
-            .expect("valid endpoint")
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(REQUEST_TIMEOUT)
-            .connect()
+        self.connect(Duration::from_secs(5), REQUEST_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("connect to {} at {}: {e}", self.kind.name(), self.endpoint()))
+    }
+
+    /// A gRPC channel to the client URL, over TLS when it is `https://`.
+    async fn connect(&self, connect_timeout: Duration, timeout: Duration) -> Result<Channel, String> {
+        let endpoint = Endpoint::from_shared(format!("http://127.0.0.1:{}", self.client_port))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(connect_timeout)
+            .timeout(timeout);
+        let connected = match self.secure.client.clone() {
+            None => endpoint.connect().await,
+            Some(tls) => {
+                let port = self.client_port;
+                endpoint
+                    .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+                        let tls = tls.clone();
+                        async move { pki::dial(tls, port).await.map(hyper_util::rt::TokioIo::new) }
+                    }))
+                    .await
+            }
+        };
+        connected.map_err(|e| format!("connect: {e}"))
     }
 
     pub async fn kv(&self) -> KvClient<Channel> {
@@ -255,7 +290,7 @@ impl Server {
 
     fn args(&self) -> Vec<String> {
         let client = self.endpoint();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = self.peer_url();
         let mut args: Vec<String> = vec![
             "--name".into(),
             self.name.clone(),
@@ -319,7 +354,7 @@ impl Server {
                     return Err(format!("process exited ({status}) before serving; last probe: {last_error}"));
                 }
             }
-            match probe(&self.endpoint()).await {
+            match self.probe().await {
                 Ok(()) => return Ok(()),
                 Err(e) => last_error = e,
             }
@@ -345,14 +380,13 @@ impl Drop for Server {
     }
 }
 
-async fn probe(endpoint: &str) -> Result<(), String> {
-    let channel = Endpoint::from_shared(endpoint.to_string())
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_millis(500))
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+impl Server {
+    async fn probe(&self) -> Result<(), String> {
+        probe(self.connect(Duration::from_millis(500), Duration::from_secs(2)).await?).await
+    }
+}
+
+async fn probe(channel: Channel) -> Result<(), String> {
     let range = KvClient::new(channel.clone())
         .range(RangeRequest { key: "keel-test-readiness-probe".into(), ..Default::default() })
         .await;
@@ -415,7 +449,7 @@ pub async fn start_cluster(kind: Kind, n: usize) -> Vec<Server> {
 }
 
 /// A member that is not running yet, named `name`, with fresh ports and `extra_args`.
-fn unstarted(kind: Kind, name: &str, extra_args: &[&str]) -> Server {
+fn unstarted(kind: Kind, name: &str, extra_args: &[&str], secure: &Secure) -> Server {
     let (dir, client_port, peer_port) = fresh_place(kind, &format!("{name}-"));
     Server {
         kind,
@@ -425,6 +459,7 @@ fn unstarted(kind: Kind, name: &str, extra_args: &[&str]) -> Server {
         client_port,
         peer_port,
         extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        secure: secure.clone(),
         child: None,
         spawns: 0,
     }
@@ -433,12 +468,13 @@ fn unstarted(kind: Kind, name: &str, extra_args: &[&str]) -> Server {
 impl Server {
     /// This member's `name=peerURL` entry of `--initial-cluster`.
     pub fn initial_cluster_entry(&self) -> String {
-        format!("{}=http://127.0.0.1:{}", self.name, self.peer_port)
+        format!("{}={}", self.name, self.peer_url())
     }
 
     /// The peer URL.
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        let scheme = if self.secure.peer { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.peer_port)
     }
 }
 
@@ -447,7 +483,7 @@ impl Server {
 pub fn new_member(kind: Kind, name: &str, extra_args: &[&str]) -> Server {
     let mut args = vec!["--initial-cluster-state", "existing"];
     args.extend_from_slice(extra_args);
-    unstarted(kind, name, &args)
+    unstarted(kind, name, &args, &Secure::default())
 }
 
 /// Starts `member` (from [`new_member`]) into the cluster of `members` and waits until it serves.
@@ -468,9 +504,15 @@ const PORT_ATTEMPTS: usize = 3;
 /// range and can take a later member's. A member that fails with "Address already in use" gets
 /// the whole cluster started again on fresh ports; any other failure fails the test.
 pub async fn start_cluster_with(kind: Kind, n: usize, extra_args: &[&str]) -> Vec<Server> {
+    start_cluster_secure(kind, n, extra_args, Secure::default()).await
+}
+
+/// Like [`start_cluster_with`], with the URLs `secure` makes `https://`.
+pub async fn start_cluster_secure(kind: Kind, n: usize, extra_args: &[&str], secure: Secure) -> Vec<Server> {
     let mut attempt = 1;
     loop {
-        let mut members: Vec<Server> = (1..=n).map(|i| unstarted(kind, &format!("m{i}"), extra_args)).collect();
+        let mut members: Vec<Server> =
+            (1..=n).map(|i| unstarted(kind, &format!("m{i}"), extra_args, &secure)).collect();
         let initial: Vec<String> = members.iter().map(Server::initial_cluster_entry).collect();
         for m in &mut members {
             m.initial_cluster = Some(initial.join(","));

@@ -134,24 +134,26 @@ pub fn apply(
         C::RoleList => return Ok(AuthReply::Names(state.role_list())),
         _ => {}
     }
-    let state = batch.auth_mut();
-    match cmd {
-        C::Enable => state.auth_enable()?,
-        C::Disable => tokens.with(|t, _| state.auth_disable(t)),
-        C::UserAdd { name, password } => state.user_add(name, password.clone())?,
-        C::UserDelete { name } => tokens.with(|t, _| state.user_delete(name, t))?,
-        C::UserChangePassword { name, hash } => {
-            tokens.with(|t, _| state.user_change_password(name, hash.clone(), t))?
+    batch.change_auth(|state| -> Result<(), AuthError> {
+        match cmd {
+            C::Enable => state.auth_enable()?,
+            C::Disable => tokens.with(|t, _| state.auth_disable(t)),
+            C::UserAdd { name, password } => state.user_add(name, password.clone())?,
+            C::UserDelete { name } => tokens.with(|t, _| state.user_delete(name, t))?,
+            C::UserChangePassword { name, hash } => {
+                tokens.with(|t, _| state.user_change_password(name, hash.clone(), t))?
+            }
+            C::UserGrantRole { user, role } => state.user_grant_role(user, role)?,
+            C::UserRevokeRole { name, role } => state.user_revoke_role(name, role)?,
+            C::RoleAdd { name } => state.role_add(name)?,
+            C::RoleDelete { role } => state.role_delete(role)?,
+            C::RoleGrantPermission { name, perm } => state.role_grant_permission(name, perm.clone())?,
+            C::RoleRevokePermission { role, key, range_end } => state.role_revoke_permission(role, key, range_end)?,
+            // Answered above.
+            C::Authenticate { .. } | C::UserGet { .. } | C::UserList | C::RoleGet { .. } | C::RoleList => {}
         }
-        C::UserGrantRole { user, role } => state.user_grant_role(user, role)?,
-        C::UserRevokeRole { name, role } => state.user_revoke_role(name, role)?,
-        C::RoleAdd { name } => state.role_add(name)?,
-        C::RoleDelete { role } => state.role_delete(role)?,
-        C::RoleGrantPermission { name, perm } => state.role_grant_permission(name, perm.clone())?,
-        C::RoleRevokePermission { role, key, range_end } => state.role_revoke_permission(role, key, range_end)?,
-        // Answered above.
-        C::Authenticate { .. } | C::UserGet { .. } | C::UserList | C::RoleGet { .. } | C::RoleList => {}
-    }
+        Ok(())
+    })?;
     Ok(AuthReply::Done)
 }
 

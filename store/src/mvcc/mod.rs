@@ -350,10 +350,13 @@ impl<'a> ApplyBatch<'a> {
         &self.state.auth
     }
 
-    /// The auth state, to change; the batch then writes it.
-    pub fn auth_mut(&mut self) -> &mut AuthState {
+    /// Changes the auth state with `change`; the batch writes it only if the change succeeded
+    /// (auth's changes check everything before they touch the state, so a refusal leaves it as
+    /// it was, and the stored record too).
+    pub fn change_auth<T, E>(&mut self, change: impl FnOnce(&mut AuthState) -> Result<T, E>) -> Result<T, E> {
+        let changed = change(&mut self.state.auth)?;
         self.auth_changed = true;
-        &mut self.state.auth
+        Ok(changed)
     }
 
     /// Adds a lease (the caller has checked that `id` is free).

@@ -41,10 +41,19 @@ impl RaftRpc for PeerService {
     }
 }
 
+/// The largest peer message a member takes: an AppendEntries of openraft's most entries
+/// (`max_payload_entries`), each at most one request-sized proposal batch and its gRPC framing,
+/// and 16 MiB to spare; snapshot chunks and forwarded requests are far smaller. Anything larger
+/// is refused (`ResourceExhausted`) before it is buffered.
+pub fn peer_receive_limit(max_request_bytes: u64) -> usize {
+    let entries = openraft::Config::default().max_payload_entries as usize;
+    entries.saturating_mul(max_request_bytes as usize + super::GRPC_OVERHEAD_BYTES).saturating_add(16 << 20)
+}
+
 /// The peer service, for a `--listen-peer-urls` listener.
 pub fn peer_router(member: Arc<Member>) -> axum::Router {
-    let svc = RaftServer::new(PeerService { member })
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+    let limit = peer_receive_limit(member.limits.max_request_bytes);
+    let svc =
+        RaftServer::new(PeerService { member }).max_decoding_message_size(limit).max_encoding_message_size(usize::MAX);
     tonic::service::Routes::new(svc).into_axum_router()
 }

@@ -432,21 +432,6 @@ impl Config {
             ignored,
         })))
     }
-
-    /// The socket addresses of the client listeners.
-    pub fn client_addrs(&self) -> Result<Vec<SocketAddr>, String> {
-        self.listen_client_urls.iter().map(|u| url_addr(u)).collect()
-    }
-
-    /// The socket addresses of the metrics listeners.
-    pub fn metrics_addrs(&self) -> Result<Vec<SocketAddr>, String> {
-        self.listen_metrics_urls.iter().map(|u| url_addr(u)).collect()
-    }
-
-    /// The socket addresses of the peer listeners.
-    pub fn peer_addrs(&self) -> Result<Vec<SocketAddr>, String> {
-        self.listen_peer_urls.iter().map(|u| url_addr(u)).collect()
-    }
 }
 
 fn duration(m: &ArgMatches, name: &str) -> Result<std::time::Duration, String> {

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use keel_store::config::{Config, Invocation};
+use keel_store::config::{url_addr, Config, Invocation};
 use keel_store::engine::RocksEngine;
 use keel_store::engine::SyncMode;
 use keel_store::node::{Member, ETCD_API_VERSION};
@@ -94,7 +94,18 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     if !cfg.ignored.is_empty() {
         tracing::warn!(flags = %cfg.ignored.join(" "), "keel accepts these etcd flags but does not act on them");
     }
-    let addrs = cfg.client_addrs().map_err(anyhow::Error::msg)?;
+    // Every listener with its URL resolved, before anything starts.
+    let groups = [
+        (&cfg.listen_client_urls, Listener::Client),
+        (&cfg.listen_peer_urls, Listener::Peer),
+        (&cfg.listen_metrics_urls, Listener::Metrics),
+    ];
+    let mut listeners = Vec::new();
+    for (urls, kind) in groups {
+        for url in urls {
+            listeners.push((url_addr(url).map_err(anyhow::Error::msg)?, kind, url.starts_with("https://")));
+        }
+    }
     std::fs::create_dir_all(&cfg.data_dir)?;
     let tls = Tls::load(&cfg).map_err(anyhow::Error::msg)?;
     let engine = Arc::new(RocksEngine::open(&cfg.data_dir.join("db"))?);
@@ -106,27 +117,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let peer_addrs = cfg.peer_addrs().map_err(anyhow::Error::msg)?;
-    let metrics_addrs = cfg.metrics_addrs().map_err(anyhow::Error::msg)?;
-    let secure = |urls: &[String]| urls.iter().map(|u| u.starts_with("https://")).collect::<Vec<_>>();
-    let listeners = addrs
-        .into_iter()
-        .zip(secure(&cfg.listen_client_urls))
-        .map(|(a, s)| (a, Listener::Client, s.then_some(&tls.client)))
-        .chain(
-            peer_addrs
-                .into_iter()
-                .zip(secure(&cfg.listen_peer_urls))
-                .map(|(a, s)| (a, Listener::Peer, s.then_some(&tls.peer))),
-        )
-        .chain(
-            metrics_addrs
-                .into_iter()
-                .zip(secure(&cfg.listen_metrics_urls))
-                .map(|(a, s)| (a, Listener::Metrics, s.then_some(&tls.client))),
-        );
-    for (addr, kind, side) in listeners {
-        let side = side.map(|s| s.as_ref().expect("https URLs were checked to have a certificate"));
+    for (addr, kind, https) in listeners {
+        // Metrics URLs serve the client side's certificate, as etcd's.
+        let side = if matches!(kind, Listener::Peer) { &tls.peer } else { &tls.client };
+        let side = https.then(|| side.as_ref().expect("https URLs were checked to have a certificate"));
         let listener = Incoming::new(tokio::net::TcpListener::bind(addr).await?, side)?;
         let (shutdown, m) = (stopped(stop_rx.clone()), member.clone());
         let scheme = if side.is_some() { "https" } else { "http" };

@@ -206,19 +206,14 @@ fn self_signed_cert(dir: &Path, hosts: &[String]) -> Result<(PathBuf, PathBuf), 
 
 /// The host of a URL (`https://host:port/...`), without brackets around an IPv6 address.
 fn url_host(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split('/').next()?;
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => authority,
-    };
-    Some(host.trim_start_matches('[').trim_end_matches(']').to_string()).filter(|h| !h.is_empty())
+    let uri: http::Uri = url.parse().ok()?;
+    Some(uri.host()?.trim_start_matches('[').trim_end_matches(']').to_string()).filter(|h| !h.is_empty())
 }
 
-/// A verifier that accepts a server's certificate without checking its chain or name (auto-TLS
-/// peers; etcdctl's `--insecure-skip-tls-verify`), while still checking the handshake
-/// signatures, so the channel is encrypted to whoever holds the key.
-pub fn unverified() -> Arc<dyn ServerCertVerifier> {
+/// A verifier that accepts a peer's certificate without checking its chain or name (auto-TLS
+/// peers), while still checking the handshake signatures, so the channel is encrypted to whoever
+/// holds the key.
+fn unverified() -> Arc<dyn ServerCertVerifier> {
     Arc::new(Unverified(provider()))
 }
 
@@ -267,15 +262,14 @@ pub fn common_name(der: &[u8]) -> Option<String> {
     Some(cn)
 }
 
-/// Dials `host:port` over TCP and, for `https`, completes a TLS handshake as `tls` says.
-pub async fn dial(tls: Option<Arc<ClientConfig>>, host: &str, port: u16) -> io::Result<Box<dyn Conn>> {
-    let tcp = TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await?;
+/// Dials the host and port of a peer URL over TCP and completes a TLS handshake as `tls` says.
+pub async fn dial(tls: Arc<ClientConfig>, uri: &http::Uri) -> io::Result<Box<dyn Conn>> {
+    let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+    let host = uri.host().ok_or_else(|| invalid(format!("{uri}: no host")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let tcp = TcpStream::connect((host, uri.port_u16().unwrap_or(443))).await?;
     let _ = tcp.set_nodelay(true);
-    let Some(tls) = tls else {
-        return Ok(Box::new(tcp));
-    };
-    let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+    let name = ServerName::try_from(host.to_string()).map_err(|e| invalid(format!("{host}: {e}")))?;
     let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, TlsConnector::from(tls).connect(name, tcp))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;

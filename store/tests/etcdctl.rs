@@ -983,9 +983,7 @@ async fn http_get(port: u16, path: &str) -> Result<HttpResponse, String> {
 
 /// `GET path` over TLS as `tls` says, with `Connection: close`.
 async fn https_get(tls: std::sync::Arc<rustls::ClientConfig>, port: u16, path: &str) -> Result<HttpResponse, String> {
-    let mut tls = (*tls).clone();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let stream = common::pki::dial(std::sync::Arc::new(tls), port).await.map_err(|e| format!("TLS connect: {e}"))?;
+    let stream = common::pki::dial_http1(tls, port).await.map_err(|e| format!("TLS connect: {e}"))?;
     http_get_on(stream, port, path).await
 }
 

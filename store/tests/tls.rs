@@ -27,9 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// handshake done) the first read ends without a byte from the server.
 async fn refused(tls: Arc<rustls::ClientConfig>, port: u16) -> bool {
     // HTTP/1.1, which both servers' peer and client ports answer (etcd's peer port with 404s).
-    let mut tls = (*tls).clone();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let mut stream = match pki::dial(Arc::new(tls), port).await {
+    let mut stream = match pki::dial_http1(tls, port).await {
         Ok(s) => s,
         Err(_) => return true,
     };

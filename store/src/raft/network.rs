@@ -112,11 +112,7 @@ pub fn channel_via(endpoint: Endpoint, connect: &Connector) -> Channel {
 fn tls_connector(tls: Arc<rustls::ClientConfig>) -> Connector {
     Arc::new(move |uri: http::Uri| {
         let tls = tls.clone();
-        Box::pin(async move {
-            let host =
-                uri.host().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "peer URL without a host"))?;
-            crate::tls::dial(Some(tls), host, uri.port_u16().unwrap_or(443)).await
-        })
+        Box::pin(async move { crate::tls::dial(tls, &uri).await })
     })
 }
 

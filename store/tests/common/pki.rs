@@ -118,3 +118,11 @@ pub async fn dial(tls: Arc<rustls::ClientConfig>, port: u16) -> io::Result<TlsSt
     let name = ServerName::try_from("127.0.0.1").expect("IP server name");
     tokio_rustls::TlsConnector::from(tls).connect(name, tcp).await
 }
+
+/// Like [`dial`], offering only HTTP/1.1 in ALPN (etcd's listeners offer h2 alone, so a client
+/// that also offers h2 gets it), for plain HTTP/1.1 requests over TLS.
+pub async fn dial_http1(tls: Arc<rustls::ClientConfig>, port: u16) -> io::Result<TlsStream<TcpStream>> {
+    let mut tls = (*tls).clone();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    dial(Arc::new(tls), port).await
+}

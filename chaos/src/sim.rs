@@ -26,7 +26,7 @@ use keel_proto::etcdserverpb::{
     CompactionRequest, Compare, DeleteRangeRequest, HashKvRequest, PutRequest, RangeRequest, RequestOp, ResponseHeader,
     TxnRequest,
 };
-use keel_proto::etcdserverpb::{MemberAddRequest, MemberListRequest, MemberRemoveRequest};
+use keel_proto::etcdserverpb::{MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest};
 use keel_store::config::Config;
 use keel_store::engine::{Engine, MemEngine, RocksEngine, SyncMode};
 use keel_store::node::Member;
@@ -357,8 +357,11 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     let mut next_fault = Duration::from_secs(3);
     let mut crashed: Vec<(usize, Duration)> = Vec::new();
     let mut healed = false;
-    // A member being removed and added again, and how far that got.
-    let mut replacing: Option<(usize, Rc<Cell<Phase>>)> = None;
+    // A member being removed and added again, how far that got, and whether it comes back as a
+    // learner.
+    let mut replacing: Option<(usize, Rc<Cell<Phase>>, bool)> = None;
+    // Learners started again, awaiting their promotion.
+    let mut promoting: Vec<(usize, Rc<Cell<Phase>>)> = Vec::new();
     let mut replacements = 0;
     // Link changes due later (a swizzle): when, cut (or repair), and the two members.
     let mut scheduled: Vec<(Duration, bool, usize, usize)> = Vec::new();
@@ -390,7 +393,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
             }
             false
         });
-        if let Some((v, phase)) = &replacing {
+        if let Some((v, phase, learner)) = &replacing {
             let name = names[*v].as_str();
             match phase.get() {
                 Phase::Removed => {
@@ -402,11 +405,21 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                 Phase::Added => {
                     sim.bounce(name);
                     report.faults.push(format!("{now:?} {name} added again, started empty"));
+                    if *learner {
+                        promoting.push((*v, phase.clone()));
+                    }
                     replacing = None;
                 }
                 _ => {}
             }
         }
+        promoting.retain(|(v, phase)| {
+            let done = phase.get() == Phase::Promoted;
+            if done {
+                report.faults.push(format!("{now:?} {} promoted", names[*v]));
+            }
+            !done
+        });
         if !opts.faults || now < next_fault {
             continue;
         }
@@ -490,19 +503,23 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                 let phase = Rc::new(Cell::new(Phase::Removing));
                 let (urls, p, until) = (urls_of(&names), phase.clone(), opts.duration + CONVERGE_WITHIN);
                 replacements += 1;
+                // Every second replacement joins as a learner and is promoted once it has caught
+                // up, while the faults go on.
+                let learner = replacements % 2 == 0;
                 sim.client(format!("reconfig{replacements}").as_str(), async move {
-                    replace(&urls, victim, &p, until).await;
+                    replace(&urls, victim, &p, learner, until).await;
                     Ok(())
                 });
-                replacing = Some((victim, phase));
-                report.faults.push(format!("{now:?} replace {v}"));
+                replacing = Some((victim, phase, learner));
+                let how = if learner { " (back as a learner, then promoted)" } else { "" };
+                report.faults.push(format!("{now:?} replace {v}{how}"));
             }
             // The member being replaced is not crashed meanwhile: started empty before it is added
             // again, it could not join.
             Fault::Crash
                 if crashed.iter().all(|(i, _)| *i != victim)
                     && crashed.len() < (names.len() - 1) / 2
-                    && replacing.as_ref().is_none_or(|(r, _)| *r != victim) =>
+                    && replacing.as_ref().is_none_or(|(r, ..)| *r != victim) =>
             {
                 sim.crash(v);
                 slots[victim].borrow().crash();
@@ -576,15 +593,27 @@ enum Phase {
     Wiped,
     /// The member is in the list again: the nemesis starts it.
     Added,
+    /// The member, added again as a learner, is a voter now.
+    Promoted,
+}
+
+/// What `replace` waits for the member list to show of the victim.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Gone,
+    Listed,
+    Voter,
 }
 
 /// Removes member `victim` through the other members (retrying until the member list shows it
 /// gone), waits for the nemesis to wipe it, then adds its peer URL again (retrying until the list
-/// shows it); gives up at `until`.
-async fn replace(urls: &[String], victim: usize, phase: &Cell<Phase>, until: Duration) {
+/// shows it), as a voter or as a `learner`; a learner is then promoted, retried until the list
+/// shows it a voter (a learner still catching up is refused). Gives up at `until`.
+async fn replace(urls: &[String], victim: usize, phase: &Cell<Phase>, learner: bool, until: Duration) {
     let peer_url = format!("http://{}:{PEER_PORT}", member_name(victim));
     let others: Vec<&String> = urls.iter().enumerate().filter(|(i, _)| *i != victim).map(|(_, u)| u).collect();
-    for want_member in [false, true] {
+    let steps: &[Want] = if learner { &[Want::Gone, Want::Listed, Want::Voter] } else { &[Want::Gone, Want::Listed] };
+    for &want in steps {
         let mut attempt = 0;
         loop {
             if turmoil::elapsed() >= until {
@@ -594,27 +623,34 @@ async fn replace(urls: &[String], victim: usize, phase: &Cell<Phase>, until: Dur
             attempt += 1;
             let listed = cluster.member_list(MemberListRequest { linearizable: true }).await;
             if let Ok(list) = listed.map(|l| l.into_inner().members) {
-                let found = list.iter().find(|m| m.peer_ur_ls.contains(&peer_url)).map(|m| m.id);
-                match (found, want_member) {
-                    (None, false) | (Some(_), true) => break,
-                    (Some(id), false) => {
+                let found = list.iter().find(|m| m.peer_ur_ls.contains(&peer_url)).map(|m| (m.id, m.is_learner));
+                match (found, want) {
+                    (None, Want::Gone) | (Some(_), Want::Listed) | (Some((_, false)), Want::Voter) => break,
+                    (Some((id, _)), Want::Gone) => {
                         let _ = cluster.member_remove(MemberRemoveRequest { id }).await;
                     }
-                    (None, true) => {
-                        let add = MemberAddRequest { peer_ur_ls: vec![peer_url.clone()], is_learner: false };
+                    (None, Want::Listed) => {
+                        let add = MemberAddRequest { peer_ur_ls: vec![peer_url.clone()], is_learner: learner };
                         let _ = cluster.member_add(add).await;
                     }
+                    (Some((id, true)), Want::Voter) => {
+                        let _ = cluster.member_promote(MemberPromoteRequest { id }).await;
+                    }
+                    // The learner's entry vanished: nothing to promote.
+                    (None, Want::Voter) => return,
                 }
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        if want_member {
-            phase.set(Phase::Added);
-        } else {
-            phase.set(Phase::Removed);
-            while phase.get() != Phase::Wiped {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        match want {
+            Want::Gone => {
+                phase.set(Phase::Removed);
+                while phase.get() != Phase::Wiped {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
+            Want::Listed => phase.set(Phase::Added),
+            Want::Voter => phase.set(Phase::Promoted),
         }
     }
 }

@@ -60,7 +60,8 @@ fn seeded_store() -> Mvcc {
     ];
     for (i, cmd) in cmds.iter().enumerate() {
         let mut batch = mvcc.apply(false);
-        apply_command(&mut batch, &EntryContext { index: i as u64 + 1, tokens: &tokens }, cmd).expect("seed applies");
+        apply_command(&mut batch, &EntryContext { index: i as u64 + 1, term: 1, tokens: &tokens }, cmd)
+            .expect("seed applies");
         batch.commit(false).expect("commit");
     }
     mvcc
@@ -89,7 +90,7 @@ pub static REFUSED: AtomicU64 = AtomicU64::new(0);
 fn apply_checked(mvcc: &Mvcc, tokens: &Tokens, index: u64, cmd: &Command) {
     let before = dump(mvcc).expect("dump");
     let mut batch = mvcc.apply(false);
-    let result = apply_command(&mut batch, &EntryContext { index, tokens }, cmd);
+    let result = apply_command(&mut batch, &EntryContext { index, term: 1, tokens }, cmd);
     batch.commit(false).expect("commit");
     APPLIED.fetch_add(1, Ordering::Relaxed);
     if let Err(refusal) = result {

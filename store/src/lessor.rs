@@ -7,9 +7,11 @@
 //! only once it has applied every entry its predecessors committed: a keep-alive clears a
 //! checkpointed remaining TTL through Raft before it is acknowledged, and a new leader that
 //! started from the stale value would expire a lease its client had just renewed. An expired lease
-//! becomes a `LeaseRevoke` Raft entry, so every member deletes the same keys at the same
-//! revision. Every [`CHECKPOINT_INTERVAL`], and when the member shuts down, the leader records
-//! the remaining TTLs through Raft (`LeaseCheckpoint`), so a restart does not reset long leases.
+//! becomes a `LeaseExpire` Raft entry, so every member deletes the same keys at the same
+//! revision; it names the term of the decision and does nothing from an entry of another term
+//! (a revoke still queued when this member lost the lead must not land after it leads again).
+//! Every [`CHECKPOINT_INTERVAL`], and when the member shuts down, the leader records the
+//! remaining TTLs through Raft (`LeaseCheckpoint`), so a restart does not reset long leases.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,6 +187,7 @@ impl Lessor {
         let now = Instant::now();
         let live: HashSet<i64> = leases.iter().map(|(id, _)| *id).collect();
         d.expiry.retain(|id, _| live.contains(id));
+        let term = d.term.unwrap_or_default();
         let mut due = Vec::new();
         for (id, r) in &leases {
             let at = d.deadline(*id, r, now);
@@ -196,7 +199,8 @@ impl Lessor {
         for id in due {
             let m = m.clone();
             tokio::spawn(async move {
-                let _ = m.propose_as_leader(Command::LeaseExpire(Proto(LeaseRevokeRequest { id }))).await;
+                let revoke = Proto(LeaseRevokeRequest { id });
+                let _ = m.propose_as_leader(Command::LeaseExpire { term, revoke }).await;
                 m.lessor.deadlines.lock().revoking.remove(&id);
             });
         }

@@ -1,8 +1,13 @@
 //! `keel-chaos sim --seeds N [--start S]`: runs N seeded histories and prints, as its last line,
 //! `histories=N ops=M violations=V`; exits non-zero on violations. A failing seed prints the
 //! command that replays it.
+//!
+//! Every history runs in a process of its own, started with its replay command: tokio numbers
+//! tasks process-wide, and the order in which a crashed member's tasks are dropped (so the order
+//! in which its sockets close, each drawing from the simulation's generator) follows those
+//! numbers. A history run after others would not be the one its replay command shows.
 
-use std::process::ExitCode;
+use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
         }
     };
     let began = Instant::now();
+    let alone = std::env::var_os(ALONE).is_some();
     let (mut ops, mut violations, mut simulated) = (0, 0, Duration::ZERO);
     for seed in start..start + seeds {
         let default = Options::new(seed);
@@ -96,32 +102,92 @@ fn main() -> ExitCode {
             plant: plant.clone(),
             ..default
         };
-        let report = match sim::run(&opts) {
-            Ok(r) => r,
-            Err(e) => {
-                println!("seed {seed}: {e}\n  replay: {}", opts.replay());
-                violations += 1;
-                continue;
-            }
-        };
-        ops += report.ops;
-        simulated += report.sim_time;
-        if verbose || !report.violations.is_empty() {
-            println!("seed {seed}: {} ops, faults: {}", report.ops, report.faults.join("; "));
-        }
-        if !report.violations.is_empty() {
-            violations += report.violations.len();
-            for v in &report.violations {
-                println!("  violation: {v}");
-            }
-            println!("  replay: {}", opts.replay());
-        }
+        let outcome = if alone { run_here(&opts, verbose) } else { run_alone(&opts, verbose) };
+        ops += outcome.ops;
+        violations += outcome.violations;
+        simulated += outcome.simulated;
     }
-    println!("simulated {simulated:?} in {:?}", began.elapsed());
+    println!("simulated {:.3}s in {:?}", simulated.as_secs_f64(), began.elapsed());
     println!("histories={seeds} ops={ops} violations={violations}");
     if violations == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Set in the environment of the process that runs a history: it runs it there.
+const ALONE: &str = "KEEL_CHAOS_ALONE";
+
+/// What running one history came to.
+#[derive(Default)]
+struct Outcome {
+    ops: usize,
+    violations: usize,
+    simulated: Duration,
+}
+
+/// Runs the history `opts` in this process, printing its faults if `verbose`, and its violations
+/// with the command that replays it.
+fn run_here(opts: &Options, verbose: bool) -> Outcome {
+    let seed = opts.seed;
+    let report = match sim::run(opts) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("seed {seed}: {e}\n  replay: {}", opts.replay());
+            return Outcome { violations: 1, ..Outcome::default() };
+        }
+    };
+    if verbose || !report.violations.is_empty() {
+        println!(
+            "seed {seed}: {} ops, digest {:016x}, faults: {}",
+            report.ops,
+            report.digest,
+            report.faults.join("; ")
+        );
+    }
+    for v in &report.violations {
+        println!("  violation: {v}");
+    }
+    if !report.violations.is_empty() {
+        println!("  replay: {}", opts.replay());
+    }
+    Outcome { ops: report.ops, violations: report.violations.len(), simulated: report.sim_time }
+}
+
+/// Runs the history `opts` in a child process started with its replay command, passing on what
+/// the child prints of it, and reads the child's summary lines.
+fn run_alone(opts: &Options, verbose: bool) -> Outcome {
+    let replay = opts.replay();
+    let mut args: Vec<&str> = replay.split_whitespace().skip(1).collect();
+    if verbose {
+        args.push("--verbose");
+    }
+    let child = std::env::current_exe()
+        .and_then(|exe| std::process::Command::new(exe).args(&args).env(ALONE, "1").stderr(Stdio::inherit()).output());
+    let out = match child {
+        Ok(out) => out,
+        Err(e) => {
+            println!("seed {}: cannot start its process: {e}\n  replay: {replay}", opts.seed);
+            return Outcome { violations: 1, ..Outcome::default() };
+        }
+    };
+    let (mut outcome, mut summary) = (Outcome::default(), false);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(rest) = line.strip_prefix("histories=1 ops=") {
+            let mut fields = rest.split(" violations=").map(|n| n.parse::<usize>().ok());
+            if let (Some(Some(ops)), Some(Some(violations))) = (fields.next(), fields.next()) {
+                (outcome.ops, outcome.violations, summary) = (ops, violations, true);
+            }
+        } else if let Some(secs) = line.strip_prefix("simulated ").and_then(|l| l.split_once("s in ")) {
+            outcome.simulated = secs.0.parse().map(Duration::from_secs_f64).unwrap_or_default();
+        } else {
+            println!("{line}");
+        }
+    }
+    if !summary {
+        println!("seed {}: its process ended without a verdict ({})\n  replay: {replay}", opts.seed, out.status);
+        outcome.violations = outcome.violations.max(1);
+    }
+    outcome
 }

@@ -104,8 +104,14 @@ pub enum Command {
     /// An auth management request (users, roles, enable, authenticate).
     Auth(AuthCommand),
     /// A revoke the leader proposes for an expired lease: a client's revoke, but never
-    /// permission-checked (etcd's lessor revokes as root).
-    LeaseExpire(Proto<LeaseRevokeRequest>),
+    /// permission-checked (etcd's lessor revokes as root). `term` is the term in which the
+    /// leader found the lease expired; the revoke is applied only from an entry of that term, so
+    /// a decision left over from an earlier leadership (the member lost the lead, another leader
+    /// renewed the lease, then this member led again) revokes nothing.
+    LeaseExpire {
+        term: u64,
+        revoke: Proto<LeaseRevokeRequest>,
+    },
 }
 
 impl Command {
@@ -127,7 +133,7 @@ impl Command {
             Command::Batch(cmds) => cmds.iter().map(|c| c.encoded_len() + 8).sum(),
             Command::Authed { user, cmd, .. } => user.len() + 16 + cmd.encoded_len(),
             Command::Auth(a) => bincode::serialized_size(a).unwrap_or(0) as usize,
-            Command::LeaseExpire(Proto(m)) => m.encoded_len(),
+            Command::LeaseExpire { revoke: Proto(m), .. } => m.encoded_len() + 8,
         }
     }
 }
@@ -169,7 +175,7 @@ impl fmt::Display for Command {
             Command::Batch(cmds) => write!(f, "batch of {}", cmds.len()),
             Command::Authed { cmd, .. } => write!(f, "{cmd} (authed)"),
             Command::Auth(_) => f.write_str("auth"),
-            Command::LeaseExpire(_) => f.write_str("lease_expire"),
+            Command::LeaseExpire { .. } => f.write_str("lease_expire"),
         }
     }
 }

@@ -84,10 +84,11 @@ pub fn needs_space(cmd: &Command) -> bool {
     }
 }
 
-/// What applying a command needs besides the batch: its entry's log index and this member's
-/// auth tokens.
+/// What applying a command needs besides the batch: its entry's log index and term, and this
+/// member's auth tokens.
 pub struct EntryContext<'a> {
     pub index: u64,
+    pub term: u64,
     pub tokens: &'a Tokens,
 }
 
@@ -108,7 +109,11 @@ fn apply_as(batch: &mut ApplyBatch, at: &EntryContext, who: &AuthInfo, cmd: &Com
         Command::Txn(Proto(t)) => Reply::Txn(Proto(kv::txn(batch, t)?)),
         Command::Compact(Proto(c)) => Reply::Compact(Proto(kv::compact(batch, c)?)),
         Command::LeaseGrant(Proto(g)) => Reply::LeaseGrant(Proto(lease::grant(batch, g)?)),
-        Command::LeaseRevoke(Proto(r)) | Command::LeaseExpire(Proto(r)) => {
+        Command::LeaseRevoke(Proto(r)) => Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?)),
+        Command::LeaseExpire { term, revoke: Proto(r) } => {
+            if *term != at.term {
+                return Err(Error::NotLeader);
+            }
             Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?))
         }
         Command::LeaseCheckpoint(Proto(c)) => Reply::LeaseCheckpoint(Proto(lease::checkpoint(batch, c)?)),
@@ -211,7 +216,11 @@ impl StateMachine {
                 EntryPayload::Blank => Ok(Reply::None),
                 EntryPayload::Normal(cmd) => match apply_command(
                     &mut batch,
-                    &EntryContext { index: entry.log_id.index, tokens: &self.tokens },
+                    &EntryContext {
+                        index: entry.log_id.index,
+                        term: entry.log_id.leader_id.term,
+                        tokens: &self.tokens,
+                    },
                     cmd,
                 ) {
                     Err(e) if !is_deterministic(&e) => return Err(sm_err(e)),
@@ -343,5 +352,43 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         Ok(self.snapshot.lock().clone().map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use keel_proto::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest, PutRequest};
+
+    use super::*;
+    use crate::engine::MemEngine;
+
+    /// Applies `cmd` as entry `index` of `term`, committing what it changed.
+    fn apply_at(mvcc: &Mvcc, tokens: &Tokens, index: u64, term: u64, cmd: Command) -> Result<Reply> {
+        let mut batch = mvcc.apply(false);
+        let reply = apply_command(&mut batch, &EntryContext { index, term, tokens }, &cmd);
+        batch.commit(false)?;
+        reply
+    }
+
+    #[test]
+    fn a_lease_expiry_from_another_term_revokes_nothing() {
+        let mvcc = Mvcc::open(Arc::new(MemEngine::new())).expect("open a memory store");
+        let tokens = Tokens::new(Duration::from_secs(300));
+        let put = PutRequest { key: b"k".to_vec().into(), value: b"v".to_vec().into(), lease: 7, ..Default::default() };
+        apply_at(&mvcc, &tokens, 1, 2, Command::LeaseGrant(Proto(LeaseGrantRequest { id: 7, ttl: 5 }))).unwrap();
+        apply_at(&mvcc, &tokens, 2, 2, Command::Put(Proto(put))).unwrap();
+        let before = dump(&mvcc).unwrap();
+        let expire = |term| Command::LeaseExpire { term, revoke: Proto(LeaseRevokeRequest { id: 7 }) };
+
+        // Decided in term 2, committed in term 3: refused, and the lease and its key stay.
+        assert!(matches!(apply_at(&mvcc, &tokens, 3, 3, expire(2)), Err(Error::NotLeader)));
+        assert_eq!(dump(&mvcc).unwrap(), before, "a refused expiry changed the store");
+
+        // Decided and committed in term 3: the lease goes, and so does its key.
+        assert!(matches!(apply_at(&mvcc, &tokens, 4, 3, expire(3)), Ok(Reply::LeaseRevoke(_))));
+        assert_ne!(dump(&mvcc).unwrap(), before);
+        assert!(matches!(apply_at(&mvcc, &tokens, 5, 3, expire(3)), Err(Error::LeaseNotFound)));
     }
 }

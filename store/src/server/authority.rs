@@ -3,18 +3,24 @@
 //! etcd 3.4's clients (etcdctl `endpoint status`, `endpoint hashkv`, `defrag`, …) dial each
 //! endpoint with a target such as `passthrough:///http://127.0.0.1:2379`, and grpc-go then sends
 //! `:authority: http://127.0.0.1:2379`. Go's server ignores the malformed value; Rust's `h2`
-//! resets the stream with PROTOCOL_ERROR. So every client connection passes through this pump:
-//! client frames are read; each header block is HPACK-decoded with the client's table state and
-//! re-encoded as literals without indexing (so the server's HPACK table stays empty and cannot
-//! diverge), with a scheme-prefixed or path-suffixed `:authority` cut back to `host:port`. Every
-//! other frame, and everything the server sends, passes through unchanged. A connection that does
-//! not open with the HTTP/2 preface (plain HTTP/1.1 for `/health`) is copied as is.
+//! resets the stream with PROTOCOL_ERROR. So the server reads every client connection through
+//! [`Fixing`], which watches the client's frames up to its first header block. If that block's
+//! `:authority` is valid (or absent), it is handed on unchanged and the connection from then on is
+//! the bare socket: a client sends the same authority on every stream. If not, every header block
+//! of the connection is HPACK-decoded with the client's table state and re-encoded as literals
+//! without indexing (so the server's HPACK table stays empty and cannot diverge), with a
+//! scheme-prefixed or path-suffixed `:authority` cut back to `host:port`; every other frame is
+//! handed on unchanged. What the server writes goes straight to the socket, and a connection that
+//! does not open with the HTTP/2 preface (plain HTTP/1.1 for `/health`) is read as is.
 
-use std::io;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::tls::{ConnInfo, Incoming};
+use crate::tls::{Conn, ConnInfo, Incoming};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const HEADERS: u8 = 0x1;
@@ -27,8 +33,10 @@ const PRIORITY: u8 = 0x20;
 const MAX_FRAME: usize = 16_384;
 /// The largest header block we accept from a client before giving up on the connection.
 const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// How much is read from the socket at once while frames are watched.
+const READ_CHUNK: usize = 16 * 1024;
 
-/// A listener whose connections (plain or TLS, handshakes done) go through the `:authority` pump.
+/// A listener whose connections (plain or TLS, handshakes done) are read through [`Fixing`].
 pub struct FixingListener {
     inner: Incoming,
 }
@@ -40,22 +48,12 @@ impl FixingListener {
 }
 
 impl axum::serve::Listener for FixingListener {
-    type Io = DuplexStream;
+    type Io = Fixing<Box<dyn Conn>>;
     type Addr = ConnInfo;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         let (conn, info) = self.inner.accept().await;
-        let (server_side, pump_side) = tokio::io::duplex(256 * 1024);
-        tokio::spawn(async move {
-            let (client_r, mut client_w) = tokio::io::split(conn);
-            let (pump_r, pump_w) = tokio::io::split(pump_side);
-            let up = tokio::spawn(pump_client(client_r, pump_w));
-            let mut pump_r = pump_r;
-            let _ = tokio::io::copy(&mut pump_r, &mut client_w).await;
-            let _ = client_w.shutdown().await;
-            up.abort();
-        });
-        (server_side, info)
+        (Fixing::new(conn), info)
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
@@ -151,80 +149,204 @@ fn bad(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
 }
 
-/// Copies the client's bytes to the server, rewriting header blocks (see the module doc).
-async fn pump_client<R, W>(mut r: R, mut w: W) -> io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut first = vec![0u8; PREFACE.len()];
-    let mut got = 0;
-    while got < first.len() {
-        let n = r.read(&mut first[got..]).await?;
-        if n == 0 {
-            w.write_all(&first[..got]).await?;
-            return w.shutdown().await;
-        }
-        got += n;
-        if first[..got] != PREFACE[..got] {
-            // Not HTTP/2 with prior knowledge: pass everything through untouched.
-            w.write_all(&first[..got]).await?;
-            tokio::io::copy(&mut r, &mut w).await?;
-            return w.shutdown().await;
+/// How far [`Fixing`] is in a connection.
+enum Mode {
+    /// Waiting for the HTTP/2 preface.
+    Preface,
+    /// Watching frames for the first header block.
+    FirstBlock,
+    /// Rewriting every header block: the first one's `:authority` needed fixing.
+    Rewrite,
+    /// Handing everything on as it is.
+    Through,
+}
+
+/// A client connection, read with its header blocks fixed (see the module doc).
+pub struct Fixing<S> {
+    io: S,
+    mode: Mode,
+    /// What was read from the client and not yet handed on.
+    input: BytesMut,
+    /// How many bytes at the front of `input` are handed on as they are.
+    ready: usize,
+    /// Payload bytes of a frame handed on as it is that are still to come.
+    passing: usize,
+    /// Header frames to hand on before anything in `input`.
+    out: BytesMut,
+    decoder: hpack::Decoder<'static>,
+    /// The header block being collected: its stream, END_STREAM, the block so far, and the
+    /// frames as the client sent them (handed on if the block needs no fix).
+    pending: Option<(u32, bool, Vec<u8>, Vec<u8>)>,
+}
+
+impl<S> Fixing<S> {
+    pub fn new(io: S) -> Self {
+        Fixing {
+            io,
+            mode: Mode::Preface,
+            input: BytesMut::new(),
+            ready: 0,
+            passing: 0,
+            out: BytesMut::new(),
+            decoder: hpack::Decoder::new(),
+            pending: None,
         }
     }
-    w.write_all(PREFACE).await?;
-    let mut decoder = hpack::Decoder::new();
-    // The header block being collected: (stream, END_STREAM, fragments so far).
-    let mut pending: Option<(u32, bool, Vec<u8>)> = None;
-    let mut head = [0u8; 9];
-    loop {
-        if let Err(e) = r.read_exact(&mut head).await {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                return w.shutdown().await;
-            }
-            return Err(e);
-        }
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let (kind, flags) = (head[3], head[4]);
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        r.read_exact(&mut payload).await?;
-        let fragment = match kind {
-            HEADERS => {
-                let mut body: &[u8] = &payload;
-                let mut pad = 0usize;
-                if flags & PADDED != 0 {
-                    pad = *body.first().ok_or_else(|| bad("short HEADERS"))? as usize;
-                    body = &body[1..];
+
+    /// Moves what `input` holds on: marks bytes to hand on as they are (`ready`) or turns a
+    /// complete header frame into `out`. False if more input is needed first.
+    fn advance(&mut self) -> io::Result<bool> {
+        match self.mode {
+            Mode::Through => self.ready = self.input.len(),
+            Mode::Preface => {
+                let n = self.input.len().min(PREFACE.len());
+                if self.input[..n] != PREFACE[..n] {
+                    // Not HTTP/2 with prior knowledge.
+                    self.mode = Mode::Through;
+                    return Ok(true);
                 }
-                if flags & PRIORITY != 0 {
-                    body = body.get(5..).ok_or_else(|| bad("short HEADERS"))?;
+                if n == PREFACE.len() {
+                    self.ready = n;
+                    self.mode = Mode::FirstBlock;
                 }
-                let body = body.get(..body.len().checked_sub(pad).ok_or_else(|| bad("bad padding"))?).unwrap();
-                pending = Some((stream, flags & END_STREAM != 0, body.to_vec()));
-                None
             }
-            CONTINUATION if pending.is_some() => Some(payload),
-            _ => {
-                w.write_all(&head).await?;
-                w.write_all(&payload).await?;
-                continue;
+            Mode::FirstBlock | Mode::Rewrite => {
+                let mut at = self.passing.min(self.input.len());
+                self.passing -= at;
+                while self.passing == 0 && self.input.len() >= at + 9 {
+                    let head = &self.input[at..at + 9];
+                    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                    let kind = head[3];
+                    if kind == HEADERS || (kind == CONTINUATION && self.pending.is_some()) {
+                        if at > 0 {
+                            break;
+                        }
+                        if len > MAX_HEADER_BLOCK {
+                            return Err(bad("header block too large"));
+                        }
+                        if self.input.len() < 9 + len {
+                            return Ok(false);
+                        }
+                        let frame = self.input.split_to(9 + len);
+                        self.header_frame(&frame)?;
+                        return Ok(true);
+                    }
+                    // Any other frame is handed on as it arrives.
+                    let have = len.min(self.input.len() - at - 9);
+                    self.passing = len - have;
+                    at += 9 + have;
+                }
+                self.ready = at;
             }
-        };
-        let (pstream, end_stream, block) = pending.as_mut().unwrap();
-        if let Some(f) = fragment {
-            block.extend_from_slice(&f);
         }
+        Ok(self.ready > 0)
+    }
+
+    /// Takes in one HEADERS or CONTINUATION frame (header and payload); at the end of the
+    /// block, puts what the server is to get of it in `out`.
+    fn header_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        let (kind, flags) = (frame[3], frame[4]);
+        let stream = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & 0x7fff_ffff;
+        let mut body = &frame[9..];
+        if kind == HEADERS {
+            let mut pad = 0usize;
+            if flags & PADDED != 0 {
+                pad = *body.first().ok_or_else(|| bad("short HEADERS"))? as usize;
+                body = &body[1..];
+            }
+            if flags & PRIORITY != 0 {
+                body = body.get(5..).ok_or_else(|| bad("short HEADERS"))?;
+            }
+            body = &body[..body.len().checked_sub(pad).ok_or_else(|| bad("bad padding"))?];
+            self.pending = Some((stream, flags & END_STREAM != 0, Vec::new(), Vec::new()));
+        }
+        let (stream, end_stream, block, raw) = self.pending.as_mut().expect("a header block is open");
+        block.extend_from_slice(body);
+        raw.extend_from_slice(frame);
         if block.len() > MAX_HEADER_BLOCK {
             return Err(bad("header block too large"));
         }
-        if flags & END_HEADERS != 0 {
-            let headers = decoder.decode(block).map_err(|e| bad(&format!("hpack: {e:?}")))?;
-            let out = header_frames(&encode_block(&headers), *pstream, *end_stream);
-            pending = None;
-            w.write_all(&out).await?;
+        if flags & END_HEADERS == 0 {
+            return Ok(());
         }
+        let headers = self.decoder.decode(block).map_err(|e| bad(&format!("hpack: {e:?}")))?;
+        let needs_fix = headers.iter().any(|(n, v)| n.as_slice() == b":authority" && fix_authority(v).is_some());
+        if matches!(self.mode, Mode::FirstBlock) && !needs_fix {
+            self.out.extend_from_slice(raw);
+            self.mode = Mode::Through;
+        } else {
+            self.out.extend_from_slice(&header_frames(&encode_block(&headers), *stream, *end_stream));
+            self.mode = Mode::Rewrite;
+        }
+        self.pending = None;
+        Ok(())
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Fixing<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.out.is_empty() {
+                let n = this.out.len().min(buf.remaining());
+                buf.put_slice(&this.out[..n]);
+                this.out.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            if this.ready > 0 {
+                let n = this.ready.min(buf.remaining());
+                buf.put_slice(&this.input[..n]);
+                this.input.advance(n);
+                this.ready -= n;
+                return Poll::Ready(Ok(()));
+            }
+            if matches!(this.mode, Mode::Through) && this.input.is_empty() {
+                return Pin::new(&mut this.io).poll_read(cx, buf);
+            }
+            if this.advance()? {
+                continue;
+            }
+            let len = this.input.len();
+            this.input.resize(len + READ_CHUNK, 0);
+            let mut read = ReadBuf::new(&mut this.input[len..]);
+            let polled = Pin::new(&mut this.io).poll_read(cx, &mut read);
+            let n = read.filled().len();
+            this.input.truncate(len + n);
+            match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                // The client is done: what is left goes on as it is (a cut-off frame is the
+                // server's to report).
+                Poll::Ready(Ok(())) if n == 0 => this.mode = Mode::Through,
+                Poll::Ready(Ok(())) => {}
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Fixing<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -253,26 +375,72 @@ mod tests {
         assert_eq!(got[2], headers[2]);
     }
 
-    #[tokio::test]
-    async fn frames_pass_and_header_blocks_are_rewritten() {
+    /// What the server reads of a client that sends `input`.
+    async fn read_through(input: &[u8]) -> Vec<u8> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(input.len() + 1);
+        client.write_all(input).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        Fixing::new(server).read_to_end(&mut out).await.unwrap();
+        out
+    }
+
+    type Headers = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// The header blocks in `frames`, each decoded with one decoder, and the kinds of the frames.
+    fn decode_frames(mut frames: &[u8]) -> (Vec<Headers>, Vec<u8>) {
+        let (mut decoder, mut blocks, mut kinds) = (hpack::Decoder::new(), Vec::new(), Vec::new());
+        while !frames.is_empty() {
+            let len = u32::from_be_bytes([0, frames[0], frames[1], frames[2]]) as usize;
+            kinds.push(frames[3]);
+            if frames[3] == HEADERS {
+                blocks.push(decoder.decode(&frames[9..9 + len]).unwrap());
+            }
+            frames = &frames[9 + len..];
+        }
+        (blocks, kinds)
+    }
+
+    /// A preface, SETTINGS, a HEADERS block split over a CONTINUATION, a 40 KiB DATA frame and
+    /// a second block from the same HPACK encoder (so it refers to its table), for `authority`.
+    fn client_frames(authority: &[u8]) -> Vec<u8> {
         let mut enc = hpack::Encoder::new();
-        let block = enc.encode(vec![(&b":authority"[..], &b"http://a:1"[..])]);
+        let headers = vec![(&b":authority"[..], authority), (&b":path"[..], &b"/etcdserverpb.KV/Range"[..])];
+        let first = enc.encode(headers.clone());
         let mut input = PREFACE.to_vec();
-        frame_header(&mut input, 0, 0x4, 0, 0); // SETTINGS
-                                                // HEADERS split over a CONTINUATION
-        let (a, b) = block.split_at(block.len() / 2);
-        frame_header(&mut input, a.len(), HEADERS, END_STREAM, 1);
+        frame_header(&mut input, 0, 0x4, 0, 0);
+        let (a, b) = first.split_at(first.len() / 2);
+        frame_header(&mut input, a.len(), HEADERS, 0, 1);
         input.extend_from_slice(a);
         frame_header(&mut input, b.len(), CONTINUATION, END_HEADERS, 1);
         input.extend_from_slice(b);
-        let mut out = Vec::new();
-        pump_client(&input[..], &mut out).await.unwrap();
+        frame_header(&mut input, 40_000, 0x0, END_STREAM, 1);
+        input.extend((0..40_000).map(|i| i as u8));
+        let second = enc.encode(headers);
+        frame_header(&mut input, second.len(), HEADERS, END_HEADERS | END_STREAM, 3);
+        input.extend_from_slice(&second);
+        input
+    }
+
+    #[tokio::test]
+    async fn a_malformed_authority_is_fixed_in_every_header_block() {
+        let out = read_through(&client_frames(b"http://a:1")).await;
         assert_eq!(&out[..PREFACE.len()], PREFACE);
-        let rest = &out[PREFACE.len() + 9..];
-        assert_eq!(rest[3], HEADERS);
-        assert_eq!(rest[4], END_STREAM | END_HEADERS);
-        let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
-        let got = hpack::Decoder::new().decode(&rest[9..9 + len]).unwrap();
-        assert_eq!(got, vec![(b":authority".to_vec(), b"a:1".to_vec())]);
+        let (blocks, kinds) = decode_frames(&out[PREFACE.len()..]);
+        assert_eq!(kinds, [0x4, HEADERS, 0x0, HEADERS]);
+        for block in blocks {
+            assert_eq!(block[0], (b":authority".to_vec(), b"a:1".to_vec()));
+            assert_eq!(block[1], (b":path".to_vec(), b"/etcdserverpb.KV/Range".to_vec()));
+        }
+        assert!(out.windows(40_000).any(|w| w.iter().enumerate().all(|(i, b)| *b == i as u8)), "DATA changed");
+    }
+
+    #[tokio::test]
+    async fn a_valid_authority_and_plain_http_pass_unchanged() {
+        let input = client_frames(b"127.0.0.1:2379");
+        assert_eq!(read_through(&input).await, input);
+        let http1 = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+        assert_eq!(read_through(http1).await, http1);
     }
 }

@@ -5,9 +5,14 @@
 //! Every history runs in a process of its own, started with its replay command: tokio numbers
 //! tasks process-wide, and the order in which a crashed member's tasks are dropped (so the order
 //! in which its sockets close, each drawing from the simulation's generator) follows those
-//! numbers. A history run after others would not be the one its replay command shows.
+//! numbers. A history run after others would not be the one its replay command shows. Being
+//! processes, histories run side by side (`--jobs`) and are reported in seed order.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -59,6 +64,9 @@ enum Command {
         /// Plant a bug in the store (an unknown name lists the known ones).
         #[arg(long)]
         plant: Option<String>,
+        /// Histories run at once, each in a process of its own (default: the machine's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
     },
 }
 
@@ -78,6 +86,7 @@ fn main() -> ExitCode {
         snapshot_every,
         rocksdb,
         plant,
+        jobs,
     } = Cli::parse().command;
     let faults: Vec<Fault> = match nemesis.iter().map(|n| n.parse()).collect() {
         Ok(f) => f,
@@ -88,24 +97,34 @@ fn main() -> ExitCode {
     };
     let began = Instant::now();
     let alone = std::env::var_os(ALONE).is_some();
+    let histories: Vec<Options> = (start..start + seeds)
+        .map(|seed| {
+            let default = Options::new(seed);
+            Options {
+                members: members.unwrap_or(default.members),
+                duration: Duration::from_secs(seconds),
+                compact_one_in: compact_one_in.unwrap_or(default.compact_one_in),
+                nemesis: faults.clone(),
+                rocksdb,
+                leasers,
+                snapshot_every: snapshot_every.or(default.snapshot_every),
+                plant: plant.clone(),
+                ..default
+            }
+        })
+        .collect();
     let (mut ops, mut violations, mut simulated) = (0, 0, Duration::ZERO);
-    for seed in start..start + seeds {
-        let default = Options::new(seed);
-        let opts = Options {
-            members: members.unwrap_or(default.members),
-            duration: Duration::from_secs(seconds),
-            compact_one_in: compact_one_in.unwrap_or(default.compact_one_in),
-            nemesis: faults.clone(),
-            rocksdb,
-            leasers,
-            snapshot_every: snapshot_every.or(default.snapshot_every),
-            plant: plant.clone(),
-            ..default
-        };
-        let outcome = if alone { run_here(&opts, verbose) } else { run_alone(&opts, verbose) };
+    let mut tally = |outcome: Outcome| {
+        print!("{}", outcome.printed);
         ops += outcome.ops;
         violations += outcome.violations;
         simulated += outcome.simulated;
+    };
+    if alone {
+        histories.iter().for_each(|opts| tally(run_here(opts, verbose)));
+    } else {
+        let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        in_processes(&histories, jobs.max(1), verbose, tally);
     }
     println!("simulated {:.3}s in {:?}", simulated.as_secs_f64(), began.elapsed());
     println!("histories={seeds} ops={ops} violations={violations}");
@@ -125,6 +144,37 @@ struct Outcome {
     ops: usize,
     violations: usize,
     simulated: Duration,
+    /// What to print of it.
+    printed: String,
+}
+
+/// Runs `histories`, `jobs` at a time, each in a process of its own, and hands their outcomes
+/// to `done` in the order of `histories`, each as soon as those before it are done.
+fn in_processes(histories: &[Options], jobs: usize, verbose: bool, mut done: impl FnMut(Outcome)) {
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(histories.len()) {
+            let (tx, next) = (tx.clone(), &next);
+            s.spawn(move || {
+                while let Some(opts) = histories.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if tx.send((opts.seed, run_alone(opts, verbose))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let (mut ended, mut turn) = (BTreeMap::new(), histories.iter().map(|o| o.seed));
+        let mut due = turn.next();
+        for (seed, outcome) in rx {
+            ended.insert(seed, outcome);
+            while let Some(outcome) = due.and_then(|seed| ended.remove(&seed)) {
+                done(outcome);
+                due = turn.next();
+            }
+        }
+    });
 }
 
 /// Runs the history `opts` in this process, printing its faults if `verbose`, and its violations
@@ -133,13 +183,12 @@ fn run_here(opts: &Options, verbose: bool) -> Outcome {
     let seed = opts.seed;
     let report = match sim::run(opts) {
         Ok(r) => r,
-        Err(e) => {
-            println!("seed {seed}: {e}\n  replay: {}", opts.replay());
-            return Outcome { violations: 1, ..Outcome::default() };
-        }
+        Err(e) => return failed(format!("seed {seed}: {e}\n  replay: {}\n", opts.replay())),
     };
+    let mut printed = String::new();
     if verbose || !report.violations.is_empty() {
-        println!(
+        let _ = writeln!(
+            printed,
             "seed {seed}: {} ops, digest {:016x}, faults: {}",
             report.ops,
             report.digest,
@@ -147,12 +196,17 @@ fn run_here(opts: &Options, verbose: bool) -> Outcome {
         );
     }
     for v in &report.violations {
-        println!("  violation: {v}");
+        let _ = writeln!(printed, "  violation: {v}");
     }
     if !report.violations.is_empty() {
-        println!("  replay: {}", opts.replay());
+        let _ = writeln!(printed, "  replay: {}", opts.replay());
     }
-    Outcome { ops: report.ops, violations: report.violations.len(), simulated: report.sim_time }
+    Outcome { ops: report.ops, violations: report.violations.len(), simulated: report.sim_time, printed }
+}
+
+/// A history that came to no report: one violation, and `printed` says why.
+fn failed(printed: String) -> Outcome {
+    Outcome { violations: 1, printed, ..Outcome::default() }
 }
 
 /// Runs the history `opts` in a child process started with its replay command, passing on what
@@ -167,10 +221,7 @@ fn run_alone(opts: &Options, verbose: bool) -> Outcome {
         .and_then(|exe| std::process::Command::new(exe).args(&args).env(ALONE, "1").stderr(Stdio::inherit()).output());
     let out = match child {
         Ok(out) => out,
-        Err(e) => {
-            println!("seed {}: cannot start its process: {e}\n  replay: {replay}", opts.seed);
-            return Outcome { violations: 1, ..Outcome::default() };
-        }
+        Err(e) => return failed(format!("seed {}: cannot start its process: {e}\n  replay: {replay}\n", opts.seed)),
     };
     let (mut outcome, mut summary) = (Outcome::default(), false);
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -182,11 +233,15 @@ fn run_alone(opts: &Options, verbose: bool) -> Outcome {
         } else if let Some(secs) = line.strip_prefix("simulated ").and_then(|l| l.split_once("s in ")) {
             outcome.simulated = secs.0.parse().map(Duration::from_secs_f64).unwrap_or_default();
         } else {
-            println!("{line}");
+            let _ = writeln!(outcome.printed, "{line}");
         }
     }
     if !summary {
-        println!("seed {}: its process ended without a verdict ({})\n  replay: {replay}", opts.seed, out.status);
+        let _ = writeln!(
+            outcome.printed,
+            "seed {}: its process ended without a verdict ({})\n  replay: {replay}",
+            opts.seed, out.status
+        );
         outcome.violations = outcome.violations.max(1);
     }
     outcome

@@ -21,6 +21,8 @@ pub mod etcdserverpb {
     include!(concat!(env!("OUT_DIR"), "/etcdserverpb.serde.rs"));
 }
 
+include!(concat!(env!("OUT_DIR"), "/methods.rs"));
+
 pub mod keelraft {
     tonic::include_proto!("keelraft");
 }

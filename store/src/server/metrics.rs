@@ -12,27 +12,29 @@ use axum::routing::get;
 use axum::Router;
 use parking_lot::Mutex;
 
+use keel_proto::ETCD_METHODS;
+
 use crate::node::Member;
 
-/// gRPC request counters: started and handled (by status code) per method.
-#[derive(Default)]
+/// gRPC request counters: started and handled (by status code) per method. Only etcd's own
+/// methods ([`ETCD_METHODS`]) are counted, so what clients send cannot grow the table: a call to
+/// a path no service has is not counted, as grpc-go's interceptors never see one.
 pub struct GrpcCounters {
-    calls: Mutex<BTreeMap<(&'static str, String, String), MethodCounts>>,
+    /// One entry per method of [`ETCD_METHODS`], in its order.
+    calls: Mutex<Vec<MethodCounts>>,
+}
+
+impl Default for GrpcCounters {
+    fn default() -> Self {
+        Self { calls: Mutex::new(ETCD_METHODS.iter().map(|_| MethodCounts::default()).collect()) }
+    }
 }
 
 #[derive(Default)]
 struct MethodCounts {
     started: u64,
+    /// Calls answered, by grpc-go's code name (a bounded set: [`code_name`]).
     handled: BTreeMap<&'static str, u64>,
-}
-
-/// etcd's streaming RPCs (the rest are unary), as grpc-prometheus labels them.
-fn grpc_type(service: &str, method: &str) -> &'static str {
-    match (service, method) {
-        ("etcdserverpb.Watch", "Watch") | ("etcdserverpb.Lease", "LeaseKeepAlive") => "bidi_stream",
-        ("etcdserverpb.Maintenance", "Snapshot") => "server_stream",
-        _ => "unary",
-    }
 }
 
 /// grpc-go's name for a status code, as the `grpc_code` label.
@@ -60,16 +62,17 @@ fn code_name(code: tonic::Code) -> &'static str {
 }
 
 impl GrpcCounters {
-    /// Counts a call to `path` (`/package.Service/Method`) as started; returns its key.
-    fn start(&self, path: &str) -> Option<(&'static str, String, String)> {
+    /// Counts a call to `path` (`/package.Service/Method`) as started if it names one of etcd's
+    /// methods; returns the method's place in [`ETCD_METHODS`].
+    fn start(&self, path: &str) -> Option<usize> {
         let (service, method) = path.strip_prefix('/')?.split_once('/')?;
-        let key = (grpc_type(service, method), service.to_string(), method.to_string());
-        self.calls.lock().entry(key.clone()).or_default().started += 1;
-        Some(key)
+        let i = ETCD_METHODS.iter().position(|(s, m, _)| *s == service && *m == method)?;
+        self.calls.lock()[i].started += 1;
+        Some(i)
     }
 
-    fn handled(&self, key: (&'static str, String, String), code: tonic::Code) {
-        *self.calls.lock().entry(key).or_default().handled.entry(code_name(code)).or_default() += 1;
+    fn handled(&self, i: usize, code: tonic::Code) {
+        *self.calls.lock()[i].handled.entry(code_name(code)).or_default() += 1;
     }
 }
 
@@ -212,7 +215,10 @@ pub fn render(m: &Member) -> String {
     );
 
     let (mut started, mut handled) = (Vec::new(), Vec::new());
-    for ((kind, service, method), counts) in m.grpc.calls.lock().iter() {
+    for ((service, method, kind), counts) in ETCD_METHODS.iter().zip(m.grpc.calls.lock().iter()) {
+        if counts.started == 0 {
+            continue;
+        }
         let labels = format!("grpc_method=\"{method}\",grpc_service=\"{service}\",grpc_type=\"{kind}\"");
         started.push((format!("{{{labels}}}"), counts.started as f64));
         for (code, n) in &counts.handled {
@@ -259,16 +265,31 @@ mod tests {
 
     #[test]
     fn streaming_methods_are_labelled_as_grpc_prometheus_does() {
-        assert_eq!(grpc_type("etcdserverpb.Watch", "Watch"), "bidi_stream");
-        assert_eq!(grpc_type("etcdserverpb.Maintenance", "Snapshot"), "server_stream");
-        assert_eq!(grpc_type("etcdserverpb.KV", "Range"), "unary");
+        let kind = |service: &str, method: &str| {
+            ETCD_METHODS.iter().find(|(s, m, _)| *s == service && *m == method).map(|(_, _, k)| *k)
+        };
+        assert_eq!(kind("etcdserverpb.Watch", "Watch"), Some("bidi_stream"));
+        assert_eq!(kind("etcdserverpb.Lease", "LeaseKeepAlive"), Some("bidi_stream"));
+        assert_eq!(kind("etcdserverpb.Maintenance", "Snapshot"), Some("server_stream"));
+        assert_eq!(kind("etcdserverpb.KV", "Range"), Some("unary"));
+        assert_eq!(kind("etcdserverpb.Auth", "RoleRevokePermission"), Some("unary"));
+    }
+
+    #[test]
+    fn only_etcds_methods_are_counted() {
         let c = GrpcCounters::default();
-        let key = c.start("/etcdserverpb.KV/Put").unwrap();
-        c.handled(key, tonic::Code::ResourceExhausted);
+        let put = c.start("/etcdserverpb.KV/Put").expect("a method of etcd's");
+        c.handled(put, tonic::Code::ResourceExhausted);
+        // Paths a client invents leave the table as it was: it has one entry per etcd method.
+        for i in 0..1000 {
+            assert!(c.start(&format!("/etcdserverpb.KV/Made{i}")).is_none());
+            assert!(c.start(&format!("/made.Up{i}/Put")).is_none());
+        }
         assert!(c.start("not-a-grpc-path").is_none());
         let calls = c.calls.lock();
-        let counts = &calls[&("unary", "etcdserverpb.KV".to_string(), "Put".to_string())];
-        assert_eq!((counts.started, counts.handled["ResourceExhausted"]), (1, 1));
+        assert_eq!(calls.len(), ETCD_METHODS.len());
+        assert_eq!((calls[put].started, calls[put].handled["ResourceExhausted"]), (1, 1));
+        assert_eq!(calls.iter().map(|c| c.started).sum::<u64>(), 1);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! speed.
 //!
 //! The keel binary is `$KEEL_BIN`, else the `keel` that `cargo test --workspace` built next to
-//! this test's own directory (`<target>/debug/keel`). Without one the test says so and passes;
-//! without `etcd` on PATH the compare part is skipped the same way.
+//! this test's own directory (`<target>/debug/keel`), and etcd is the `etcd` on PATH
+//! (`scripts/deps.sh` installs it). Without either the test fails: a smoke test that passes
+//! without running anything shows nothing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,14 +15,15 @@ use keel_bench::server::{Cluster, Kind};
 use keel_bench::watch::{self, WatchSpec};
 use keel_bench::workload::{self, Consistency, Keys, LeaseSpec, Load, PutSpec, RangeSpec, TxnSpec};
 
-fn keel_bin() -> Option<PathBuf> {
+fn keel_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("KEEL_BIN") {
-        return Some(PathBuf::from(p));
+        return PathBuf::from(p);
     }
     // <target>/debug/deps/smoke-<hash> -> <target>/debug/keel
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("keel");
-    bin.exists().then_some(bin)
+    let exe = std::env::current_exe().expect("this test's path");
+    let bin = exe.parent().and_then(|d| d.parent()).expect("<target>/debug").join("keel");
+    assert!(bin.exists(), "no keel binary at {} (set KEEL_BIN or build the workspace first)", bin.display());
+    bin
 }
 
 fn tiny_keys() -> Keys {
@@ -30,10 +32,7 @@ fn tiny_keys() -> Keys {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_workload_runs_against_keel() {
-    let Some(bin) = keel_bin() else {
-        eprintln!("SKIPPED: no keel binary (set KEEL_BIN or build the workspace first)");
-        return;
-    };
+    let bin = keel_bin();
     let cluster = Cluster::start(Kind::Keel, &bin, 1, &[]).await.expect("keel starts");
     let eps = cluster.endpoints();
     let load = Load::new(4, 2).for_total(100);
@@ -95,14 +94,8 @@ async fn every_workload_runs_against_keel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_compare_writes_its_report() {
-    let Some(bin) = keel_bin() else {
-        eprintln!("SKIPPED: no keel binary (set KEEL_BIN or build the workspace first)");
-        return;
-    };
-    if Command::new("etcd").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: no etcd on PATH");
-        return;
-    }
+    let bin = keel_bin();
+    assert!(Command::new("etcd").arg("--version").output().is_ok(), "no etcd on PATH (scripts/deps.sh installs it)");
     let out = tempfile::tempdir().unwrap();
     let args = CompareArgs {
         keel_bin: Some(bin),

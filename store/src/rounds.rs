@@ -141,15 +141,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_giving_up_does_not_stop_the_round() {
-        let rounds = Arc::new(Rounds::<u8>::default());
+        let rounds = Arc::new(Rounds::<u64>::default());
+        let started = Arc::new(AtomicU64::new(0));
         let release = Arc::new(Notify::new());
+        // Each round answers its own number, so a caller's answer says which round served it.
         let round = {
-            let release = release.clone();
+            let (started, release) = (started.clone(), release.clone());
             move || {
-                let release = release.clone();
+                let (started, release) = (started.clone(), release.clone());
                 async move {
+                    let n = started.fetch_add(1, Ordering::SeqCst) + 1;
                     release.notified().await;
-                    7
+                    n
                 }
             }
         };
@@ -158,6 +161,7 @@ mod tests {
             async move { rounds.join(round).await }
         });
         tokio::task::yield_now().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1, "the quitter's round is under way");
         let stayer = tokio::spawn({
             let (rounds, round) = (rounds.clone(), round.clone());
             async move { rounds.join(round).await }
@@ -166,6 +170,7 @@ mod tests {
         tokio::task::yield_now().await;
         release.notify_one();
         release.notify_one();
-        assert_eq!(stayer.await.unwrap(), 7);
+        assert_eq!(stayer.await.unwrap(), 2, "the stayer is served by the round after the one it found under way");
+        assert_eq!(started.load(Ordering::SeqCst), 2);
     }
 }

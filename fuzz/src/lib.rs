@@ -27,8 +27,9 @@ use keel_proto::keelraft::RaftPayload;
 use keel_store::auth::{AuthCommand, Tokens};
 use keel_store::engine::MemEngine;
 use keel_store::mvcc::{keys, kv, Mvcc};
+use keel_store::raft::apply::{apply_command, EntryContext};
 use keel_store::raft::network::{decode, encode};
-use keel_store::raft::state_machine::{apply_command, dump, EntryContext};
+use keel_store::raft::state_machine::dump;
 use keel_store::raft::{Command, Proto, TypeConfig};
 use keel_store::server::validate;
 use openraft::raft::{

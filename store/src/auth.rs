@@ -33,9 +33,6 @@ use crate::mvcc::lease::LeaseTable;
 use crate::mvcc::ApplyBatch;
 use crate::raft::{Command, Proto};
 
-/// The metadata name of the auth record.
-pub const RECORD: &str = "auth";
-
 /// An auth management request as proposed to Raft: passwords arrive hashed and token prefixes
 /// chosen, so applying it is deterministic.
 #[derive(Debug, Clone, Serialize, Deserialize)]

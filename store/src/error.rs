@@ -47,6 +47,10 @@ pub enum Error {
     TimeoutDueToConnectionLost,
     #[error("etcdserver: request timed out, leader transfer took too long")]
     TimeoutLeaderTransfer,
+    /// A write this member proposed as the leader was dropped when it lost the lead: it may still
+    /// be committed by the next leader, so its outcome is unknown.
+    #[error("etcdserver: request timed out, possibly due to previous leader failure")]
+    TimeoutLeaderFail,
     #[error("etcdserver: bad leader transferee")]
     BadLeaderTransferee,
     #[error("etcdserver: rpc not supported for learner")]

@@ -6,6 +6,23 @@
 //! [`watch`] the watch hub fed by apply; [`lessor`] the leader's lease timers; [`config`] etcd's
 //! flags; [`membership`] the Cluster service's view of Raft membership; [`node`] puts a member
 //! together.
+//!
+//! Durability: a write is acknowledged once its Raft entry is synced on a quorum and applied on
+//! the member that answers. Applied batches are written unsynced; the synced Raft log is the
+//! durable record, and a member applies it again after a crash before it answers any client.
+//!
+//! Lock order, for every lock in the store: a thread holding one of these takes only locks
+//! further down the list, never one above it.
+//! 1. `StateMachine`'s applied state (the applied log id and membership): held by apply and by
+//!    snapshot install around their MVCC write.
+//! 2. The watch hub's lock, or the lessor's deadlines (never both at once): each may read MVCC.
+//! 3. The MVCC state lock: exclusive for an applied batch ([`mvcc::Mvcc::apply`]) or an
+//!    installed snapshot ([`mvcc::Mvcc::replace`]), shared for reads, dumps and hashes. Apply
+//!    publishes to the hub only after it released this lock.
+//! 4. Leaves, which take no other lock: the auth token table (taken under MVCC by Authenticate's
+//!    apply and by token checks), the engines' own locks and the sync thread's queue, the
+//!    proposal queue, ReadIndex rounds, the state machine's stored snapshot, peer channels, the
+//!    gRPC counters and the member's task list.
 
 pub mod auth;
 pub mod config;

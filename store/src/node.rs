@@ -27,10 +27,11 @@ use crate::lessor::Lessor;
 use crate::membership::{self, Change, Changed, MemberInfo};
 use crate::mvcc::registry::Attributes;
 use crate::mvcc::{Mvcc, View};
+use crate::raft::apply::needs_space;
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{decode, encode, Dialer, Peers};
-use crate::raft::proposals::Proposals;
-use crate::raft::state_machine::{needs_space, StateMachine};
+use crate::raft::network::{decode, encode, never_sent, Dialer, Peers};
+use crate::raft::proposals::{Proposals, Refused};
+use crate::raft::state_machine::StateMachine;
 use crate::raft::{Command, Proto, Raft, Reply};
 use crate::rounds::Rounds;
 use crate::watch::Hub;
@@ -174,7 +175,7 @@ struct Identity {
     cluster_id: u64,
 }
 
-const IDENTITY: &str = "identity";
+use crate::mvcc::keys::raft_meta::IDENTITY;
 
 fn read_identity(engine: &dyn Engine) -> Result<Option<Identity>> {
     Ok(engine.get(&crate::mvcc::keys::raft_meta(IDENTITY))?.map(|b| bincode::deserialize(&b)).transpose()?)
@@ -406,7 +407,8 @@ impl Member {
         }
     }
 
-    /// Proposes a write and waits until it is applied (and synced) on the leader; a follower
+    /// Proposes a write and waits until it is applied on the leader (its Raft entry synced on a
+    /// quorum; the applied batch itself is not synced, the log is the durable record); a follower
     /// forwards it to the leader. While there is no leader it waits for one, up to the request
     /// timeout, then answers `etcdserver: no leader`.
     pub async fn write(&self, cmd: Command) -> Result<Reply> {
@@ -500,7 +502,9 @@ impl Member {
     }
 
     /// Writes `cmd` through Raft here (the leader) or, with `may_forward`, on the leader; returns
-    /// the reply and the index of its log entry. A forwarded write is answered only once this
+    /// the reply and the index of its log entry. A write goes to the leader (again) only when it
+    /// provably was not proposed: refused here before Raft saw it ([`Refused::NotLeader`]), or its
+    /// forward never had a connection (`never_sent`). A forwarded write is answered only once this
     /// member has applied it too, as etcd answers from its own apply: a client never sees a
     /// member's revision go back, e.g. from a write's answer to a serializable read (or across a
     /// crash of this member).
@@ -508,10 +512,12 @@ impl Member {
         loop {
             match self.proposals.write(cmd.clone()).await {
                 Ok((applied, index)) => return applied.0.map(|reply| (reply, index)),
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
+                // Never proposed here (see `Refused`), so it may go to the leader.
+                Err(Refused::NotLeader(leader)) => match leader {
                     Some(node) if may_forward => match self.forward(&node.addr, Forwarded::Write(cmd.clone())).await {
-                        // The leader is unreachable, or no longer leads (this member's view is
-                        // stale, e.g. just after a restart): wait to learn of the new one.
+                        // The leader is unreachable and the request never reached it, or it no
+                        // longer leads (this member's view is stale, e.g. just after a restart):
+                        // wait to learn of the new one.
                         Err(Error::NoLeader) | Ok(ForwardReply::Write(Err(Error::NotLeader))) => {
                             tokio::time::sleep(NO_LEADER_RETRY).await
                         }
@@ -526,32 +532,15 @@ impl Member {
                     None if may_forward => tokio::time::sleep(NO_LEADER_RETRY).await,
                     _ => return Err(Error::NotLeader),
                 },
-                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                    return Err(Error::Io(e.to_string()))
-                }
-                Err(RaftError::Fatal(_)) => return Err(Error::Stopped),
+                Err(Refused::LeaderLost) => return Err(Error::TimeoutLeaderFail),
+                Err(Refused::Stopped) => return Err(Error::Stopped),
             }
         }
     }
 
     /// Sends a request to the leader's peer service. An unreachable leader is `NoLeader`.
     async fn forward(&self, leader_url: &str, f: Forwarded) -> Result<ForwardReply> {
-        let mut client = self.dialer.client(leader_url).map_err(Error::Io)?;
-        let mut req = tonic::Request::new(encode(&f));
-        req.set_timeout(self.request_timeout);
-        match client.forward(req).await {
-            Ok(r) => decode::<Result<ForwardReply>>(&r.into_inner()).map_err(Error::Io)?,
-            Err(status) => {
-                self.dialer.forget(leader_url);
-                Err(match status.code() {
-                    tonic::Code::DeadlineExceeded => Error::Timeout,
-                    _ if never_sent(&status) => Error::NoLeader,
-                    // The request may have reached the leader: its outcome is unknown, so a write
-                    // must not be sent again (it could apply twice).
-                    _ => Error::TimeoutDueToConnectionLost,
-                })
-            }
-        }
+        forward(&self.dialer, self.request_timeout, leader_url, f).await
     }
 
     /// The leader's peer URL, if this member knows a leader.
@@ -811,12 +800,15 @@ impl Member {
         if tokio::time::timeout_at(deadline, caught_up).await.is_err() {
             return Err(Error::TimeoutLeaderTransfer);
         }
-        for o in &others {
-            let _ = self.forward(&url(*o), Forwarded::HoldElections(true)).await;
+        // Until it is dropped (done, timed out, or the client went away), the members told to
+        // hold elections are told to stop holding, and once `hold` is called this member sends
+        // nothing and neither heartbeats nor campaigns.
+        let mut holding = Holding { member: self, others: Vec::new(), held: false };
+        for o in others {
+            holding.others.push(url(o));
+            let _ = self.forward(&url(o), Forwarded::HoldElections(true)).await;
         }
-        self.hold.store(true, Ordering::SeqCst);
-        self.raft.runtime_config().heartbeat(false);
-        self.raft.runtime_config().elect(false);
+        holding.hold();
         // The followers refuse to vote until the lease of this leader has run out.
         tokio::time::sleep(self.leader_lease + Duration::from_millis(50)).await;
         let elected = async {
@@ -832,13 +824,14 @@ impl Member {
             }
         };
         let outcome = tokio::time::timeout_at(deadline, elected).await;
-        self.hold.store(false, Ordering::SeqCst);
-        self.raft.runtime_config().heartbeat(true);
-        self.raft.runtime_config().elect(true);
-        for o in &others {
-            let _ = self.forward(&url(*o), Forwarded::HoldElections(false)).await;
-        }
+        holding.release().await;
         outcome.map_err(|_| Error::TimeoutLeaderTransfer)
+    }
+
+    /// Whether this member is holding for a leadership transfer (see [`Member::move_leader`]):
+    /// sending nothing to its peers, neither heartbeating nor campaigning.
+    pub fn transferring(&self) -> bool {
+        self.hold.load(Ordering::SeqCst)
     }
 
     /// Resolves once this member was removed from the cluster.
@@ -1033,18 +1026,79 @@ impl Member {
     }
 }
 
-/// Whether a failed peer call never reached the peer (no connection could be made), so sending
-/// it again cannot apply it twice.
-fn never_sent(status: &tonic::Status) -> bool {
-    let connect = |text: &str| text.contains("connect error") || text.contains("Connection refused");
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(status);
-    while let Some(e) = source {
-        if connect(&e.to_string()) {
-            return true;
-        }
-        source = e.source();
+/// The leader's part of a leadership transfer in progress (see [`Member::move_leader`]): once
+/// held, the Raft network sends nothing and the member neither heartbeats nor campaigns.
+/// Dropped, however the transfer ends (a client that goes away drops it mid-way), it turns all
+/// three back on, and tells the members that were asked to hold elections that they may campaign
+/// again (in the background when dropped; they would time out on their own otherwise).
+struct Holding<'a> {
+    member: &'a Member,
+    /// Peer URLs of the members asked to hold elections.
+    others: Vec<String>,
+    /// Whether this member holds (sends nothing, no heartbeats, no campaign).
+    held: bool,
+}
+
+impl Holding<'_> {
+    fn hold(&mut self) {
+        self.held = true;
+        self.member.hold.store(true, Ordering::SeqCst);
+        self.member.raft.runtime_config().heartbeat(false);
+        self.member.raft.runtime_config().elect(false);
     }
-    connect(status.message())
+
+    /// Ends the hold and waits until the other members were told.
+    async fn release(mut self) {
+        let (member, others) = (self.member, std::mem::take(&mut self.others));
+        drop(self);
+        for url in others {
+            let _ = member.forward(&url, Forwarded::HoldElections(false)).await;
+        }
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let m = self.member;
+        if self.held {
+            m.hold.store(false, Ordering::SeqCst);
+            m.raft.runtime_config().heartbeat(true);
+            m.raft.runtime_config().elect(true);
+        }
+        let others = std::mem::take(&mut self.others);
+        if others.is_empty() {
+            return;
+        }
+        let (dialer, timeout) = (m.dialer.clone(), m.request_timeout);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for url in others {
+                    let _ = forward(&dialer, timeout, &url, Forwarded::HoldElections(false)).await;
+                }
+            });
+        }
+    }
+}
+
+/// Sends a request to a peer's peer service (the leader's, but for leadership transfers),
+/// within `timeout`. An unreachable peer is `NoLeader`.
+async fn forward(dialer: &Dialer, timeout: Duration, url: &str, f: Forwarded) -> Result<ForwardReply> {
+    let mut client = dialer.client(url).map_err(Error::Io)?;
+    let mut req = tonic::Request::new(encode(&f));
+    req.set_timeout(timeout);
+    match client.forward(req).await {
+        Ok(r) => decode::<Result<ForwardReply>>(&r.into_inner()).map_err(Error::Io)?,
+        Err(status) => {
+            dialer.forget(url);
+            Err(match status.code() {
+                tonic::Code::DeadlineExceeded => Error::Timeout,
+                _ if never_sent(&status) => Error::NoLeader,
+                // The request may have reached the leader: its outcome is unknown, so a write
+                // must not be sent again (it could apply twice).
+                _ => Error::TimeoutDueToConnectionLost,
+            })
+        }
+    }
 }
 
 /// etcd's answer for a membership change openraft refused.
@@ -1095,7 +1149,9 @@ mod tests {
         let mut client = Dialer::default().client(&format!("http://127.0.0.1:{port}")).unwrap();
         let status = client.forward(encode(&Forwarded::ReadIndex)).await.expect_err("nobody listens");
         assert!(never_sent(&status), "{status:?}");
+        // Only the error's type counts, not its words.
         assert!(!never_sent(&tonic::Status::unavailable("connection reset by peer")));
+        assert!(!never_sent(&tonic::Status::unavailable("connect error: Connection refused")));
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! Golden-script tests for MVCC semantics, run on the in-memory engine without Raft.
+//! Golden-script tests for MVCC semantics, run on the in-memory engine without Raft: every write
+//! goes through the applier a member runs for a committed entry (`apply_command`: quota and auth
+//! checks, then the MVCC), one command per batch, published to the watch hub as apply does.
 //!
 //! Each file under `tests/golden/` holds cases: command lines, a line `---`, then the expected
-//! output, cases separated by a blank line. `KEEL_GOLDEN_REGEN=1 cargo test --test golden`
+//! output, cases separated by a blank line. Output never holds a blank line, so a file splits into
+//! cases one way only; a case without its `---` line, or with two, is an error. `KEEL_GOLDEN_REGEN=1 cargo test --test golden`
 //! rewrites the expected outputs from what the store answers (review the diff before committing).
 //!
 //! Commands (keys and values are plain words; `-` is the empty string):
@@ -15,6 +18,8 @@
 //! compact REV
 //! restart                            reopen the store on the same engine (rebuilds the index)
 //! crash                              drop everything not synced, then restart
+//! install N                          install a snapshot of this store moved N writes ahead (puts
+//!                                    of snap1..snapN), as a follower installs the leader's
 //! lease grant ID TTL | lease revoke ID | lease checkpoint ID REMAINING | lease show ID
 //! ```
 //!
@@ -45,8 +50,12 @@ use keel_proto::etcdserverpb::{
     LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantRequest, LeaseRevokeRequest, WatchCreateRequest, WatchResponse,
 };
 use keel_proto::mvccpb::KeyValue;
+use keel_store::auth::Tokens;
 use keel_store::engine::{Engine, MemEngine};
-use keel_store::mvcc::{kv, lease, ApplyBatch, Mvcc, View};
+use keel_store::mvcc::{kv, Mvcc, View};
+use keel_store::raft::apply::{apply_command, EntryContext};
+use keel_store::raft::state_machine::dump;
+use keel_store::raft::{Command, Proto, Reply};
 use keel_store::watch::{Hub, Responses, WatcherState};
 use keel_store::Error;
 use prost::Message;
@@ -208,6 +217,10 @@ struct Harness {
     hub: Arc<Hub>,
     /// Open streams by script number: hub stream id and the responses.
     streams: BTreeMap<u64, (u64, Responses)>,
+    /// Auth tokens, as a member's state machine keeps them.
+    tokens: Tokens,
+    /// The log index of the last command applied.
+    index: u64,
 }
 
 fn show_event(e: &keel_proto::mvccpb::Event) -> String {
@@ -240,18 +253,32 @@ fn show_watch(r: &WatchResponse) -> String {
     s
 }
 
+/// Applies `Command::$kind(request)` through the harness and unpacks the reply of that kind.
+macro_rules! applied {
+    ($h:expr, $kind:ident($req:expr)) => {
+        $h.apply(Command::$kind(Proto($req))).map(|reply| match reply {
+            Reply::$kind(Proto(resp)) => resp,
+            other => panic!("{} answered {other:?}", stringify!($kind)),
+        })
+    };
+}
+
 impl Harness {
     fn new() -> Self {
         let engine = MemEngine::new();
         let mvcc = Arc::new(Mvcc::open(Arc::new(engine.clone()) as Arc<dyn Engine>).unwrap());
         let hub = Arc::new(Hub::new(mvcc.clone()));
-        Self { engine, mvcc, hub, streams: BTreeMap::new() }
+        let tokens = Tokens::new(std::time::Duration::from_secs(300));
+        Self { engine, mvcc, hub, streams: BTreeMap::new(), tokens, index: 0 }
     }
 
-    /// Applies one write as the state machine does: a batch, committed, published.
-    fn apply<T>(&self, f: impl FnOnce(&mut ApplyBatch) -> T) -> T {
+    /// Applies one command as the state machine applies a committed entry: the applier, in a
+    /// batch, committed, published to the hub.
+    fn apply(&mut self, cmd: Command) -> Result<Reply, Error> {
+        self.index += 1;
         let mut batch = self.mvcc.apply(self.hub.wants_prev());
-        let res = f(&mut batch);
+        let at = EntryContext { index: self.index, term: 1, tokens: &self.tokens };
+        let res = apply_command(&mut batch, &at, &cmd);
         let revs = batch.commit(true).unwrap();
         self.hub.publish(&revs);
         res
@@ -281,7 +308,7 @@ impl Harness {
                     ignore_value: opts.contains(&"ignore_value"),
                     ignore_lease: opts.contains(&"ignore_lease"),
                 };
-                match self.apply(|batch| kv::put(batch, &p)) {
+                match applied!(self, Put(p)) {
                     Err(e) => err(e),
                     Ok(resp) => {
                         let mut out = vec![format!("rev={}", resp.header.unwrap().revision)];
@@ -309,7 +336,7 @@ impl Harness {
             "del" => {
                 let (key, range_end) = range_of(words[1], &words[2..]);
                 let d = DeleteRangeRequest { key, range_end, prev_kv: words.contains(&"prev_kv") };
-                match self.apply(|batch| kv::delete_range(batch, &d)) {
+                match applied!(self, DeleteRange(d)) {
                     Err(e) => err(e),
                     Ok(resp) => {
                         let mut out = vec![format!("rev={} deleted={}", resp.header.unwrap().revision, resp.deleted)];
@@ -329,7 +356,7 @@ impl Harness {
                         _ => t.failure.push(parse_op(w)),
                     }
                 }
-                match self.apply(|batch| kv::txn(batch, &t)) {
+                match applied!(self, Txn(t)) {
                     Err(e) => err(e),
                     Ok(resp) => {
                         let mut out = Vec::new();
@@ -340,10 +367,25 @@ impl Harness {
             }
             "compact" => {
                 let c = CompactionRequest { revision: words[1].parse().unwrap(), physical: true };
-                match self.apply(|batch| kv::compact(batch, &c)) {
+                match applied!(self, Compact(c)) {
                     Err(e) => err(e),
                     Ok(resp) => vec![format!("rev={}", resp.header.unwrap().revision)],
                 }
+            }
+            "install" => {
+                // The leader: this store's state, then N more writes.
+                let leader = Mvcc::open(Arc::new(MemEngine::new()) as Arc<dyn Engine>).unwrap();
+                leader.replace(dump(&self.mvcc).unwrap()).unwrap();
+                for i in 1..=words[1].parse::<u32>().unwrap() {
+                    let mut batch = leader.apply(false);
+                    let p =
+                        PutRequest { key: b(&format!("snap{i}")), value: b(&format!("v{i}")), ..Default::default() };
+                    kv::put(&mut batch, &p).unwrap();
+                    batch.commit(false).unwrap();
+                }
+                self.mvcc.replace(dump(&leader).unwrap()).unwrap();
+                self.hub.reset();
+                vec![format!("rev={} compacted={}", self.mvcc.current_rev(), self.mvcc.compact_rev())]
             }
             "restart" | "crash" => {
                 if words[0] == "crash" {
@@ -359,15 +401,14 @@ impl Harness {
                 let res = match words[1] {
                     "grant" => {
                         let g = LeaseGrantRequest { ttl: words[3].parse().unwrap(), id };
-                        self.apply(|batch| lease::grant(batch, &g)).map(|r| format!("id={} ttl={}", r.id, r.ttl))
+                        applied!(self, LeaseGrant(g)).map(|r| format!("id={} ttl={}", r.id, r.ttl))
                     }
-                    "revoke" => self
-                        .apply(|batch| lease::revoke(batch, &LeaseRevokeRequest { id }))
+                    "revoke" => applied!(self, LeaseRevoke(LeaseRevokeRequest { id }))
                         .map(|r| format!("rev={}", r.header.unwrap().revision)),
                     "checkpoint" => {
                         let cp = LeaseCheckpoint { id, remaining_ttl: words[3].parse().unwrap() };
                         let c = LeaseCheckpointRequest { checkpoints: vec![cp] };
-                        self.apply(|batch| lease::checkpoint(batch, &c)).map(|_| "ok".to_string())
+                        applied!(self, LeaseCheckpoint(c)).map(|_| "ok".to_string())
                     }
                     "show" => Ok(match self.mvcc.read().leases().get(id) {
                         None => "none".to_string(),
@@ -465,6 +506,10 @@ fn run_file(path: &Path) -> Result<(), String> {
     let mut rewritten = String::new();
     let mut failures = Vec::new();
     for case in text.split("\n\n").filter(|c| !c.trim().is_empty()) {
+        let separators = case.lines().filter(|l| l.trim_end() == "---").count();
+        if separators != 1 {
+            return Err(format!("{}: a case needs one `---` line, this one has {separators}:\n{case}", path.display()));
+        }
         let (cmds, expected) = case.split_once("\n---\n").or_else(|| case.split_once("\n---")).unwrap_or((case, ""));
         let mut actual = Vec::new();
         for line in cmds.lines() {
@@ -476,6 +521,11 @@ fn run_file(path: &Path) -> Result<(), String> {
             actual.extend(h.run(line));
         }
         let actual = actual.join("\n");
+        assert!(
+            !actual.contains("\n\n"),
+            "{}: output with a blank line cannot be a golden case:\n{actual}",
+            path.display()
+        );
         let expected = expected.trim_end();
         if actual != expected {
             failures.push(format!("case:\n{cmds}\nexpected:\n{expected}\nactual:\n{actual}\n"));

@@ -85,12 +85,43 @@ pub fn prefix_end(prefix: u8) -> Vec<u8> {
     vec![prefix + 1]
 }
 
+/// The state machine's metadata records, `m <name>`: each is written in the same engine batch as
+/// the state it describes.
+pub mod meta {
+    /// The last applied log id (bincode `LogId`).
+    pub const APPLIED: &str = "applied";
+    /// The applied membership (bincode `StoredMembership`).
+    pub const MEMBERSHIP: &str = "membership";
+    /// The current revision (8 bytes BE).
+    pub const REV: &str = "rev";
+    /// The compacted revision (8 bytes BE).
+    pub const COMPACT: &str = "compact";
+    /// Member attributes and alarms (bincode `Registry`).
+    pub const REGISTRY: &str = "registry";
+    /// Users, roles and whether auth is on (bincode `AuthState`).
+    pub const AUTH: &str = "auth";
+}
+
+/// Raft's metadata records, `v <name>`: the log store's, and the member's identity.
+pub mod raft_meta {
+    /// The vote (bincode `Vote`).
+    pub const VOTE: &str = "vote";
+    /// The committed log id (bincode `LogId`).
+    pub const COMMITTED: &str = "committed";
+    /// The last purged log id (bincode `LogId`).
+    pub const PURGED: &str = "purged";
+    /// The member and cluster ids a data directory was created with.
+    pub const IDENTITY: &str = "identity";
+}
+
+/// The key of a state-machine metadata record ([`meta`]).
 pub fn sm_meta(name: &str) -> Vec<u8> {
     let mut k = vec![SM_META];
     k.extend_from_slice(name.as_bytes());
     k
 }
 
+/// The key of a Raft metadata record ([`raft_meta`](mod@raft_meta)).
 pub fn raft_meta(name: &str) -> Vec<u8> {
     let mut k = vec![RAFT_META];
     k.extend_from_slice(name.as_bytes());

@@ -74,7 +74,7 @@ pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
         limit = 0; // fetch everything; sort and truncate afterwards
     }
     if limit > 0 {
-        limit += 1; // one extra tells `more`
+        limit = limit.saturating_add(1); // one extra tells `more` (etcd wraps, then takes all)
     }
     let (mut kvs, count) = range_keys(v, &r.key, range_end(&r.range_end), r.revision, limit, r.count_only)?;
     if r.max_mod_revision != 0 {

@@ -9,8 +9,11 @@
 //! - below the compacted revision nothing can be read; at and above it, history is complete.
 //!
 //! Concurrency: [`Mvcc::read`] takes the state lock shared; [`Mvcc::apply`] takes it exclusively
-//! for a whole applied batch, including the engine write, so a reader never sees a revision whose
-//! batch is not yet durable. Lock order: the state lock is the only lock here.
+//! for a whole applied batch, including the engine write, and [`Mvcc::replace`] for a whole
+//! snapshot install, so a reader sees the index and the engine rows of the same applied state,
+//! never a revision whose batch is not yet in the engine. An applied batch is written without
+//! sync: the Raft log is the durable record, replayed after a crash. Where this lock stands
+//! among the store's others: the crate's docs (`lib.rs`).
 
 pub mod index;
 pub mod keys;
@@ -52,8 +55,7 @@ pub struct Mvcc {
     state: RwLock<State>,
 }
 
-const META_REV: &str = "rev";
-const META_COMPACT: &str = "compact";
+use keys::meta::{AUTH, COMPACT as META_COMPACT, REGISTRY, REV as META_REV};
 
 /// A consistent view of the store at one revision.
 pub trait View {
@@ -84,67 +86,8 @@ fn decode_kv(rev: Rev, bytes: Option<Vec<u8>>) -> Result<KeyValue> {
 impl Mvcc {
     /// Opens the store on `engine`, rebuilding the index from the stored history.
     pub fn open(engine: Arc<dyn Engine>) -> Result<Self> {
-        let mut index = Index::default();
-        let mut leases = LeaseTable::default();
-        let mut last_rev = 1;
-        let mut err = None;
-        engine.for_each(&[keys::HISTORY], &keys::prefix_end(keys::HISTORY), &mut |k, v| {
-            let mut step = || -> Result<()> {
-                let (rev, tomb) = keys::decode_rev_key(k)?;
-                let kv = KeyValue::decode(v)?;
-                if tomb {
-                    if crate::plant::on("restore-skips-tombstone") {
-                        index.tombstone(&kv.key, rev);
-                    } else {
-                        index.restore_tombstone(&kv.key, rev);
-                    }
-                    leases.set_key(&kv.key, 0);
-                } else {
-                    index.restore_put(&kv.key, rev, kv.create_revision, kv.version);
-                    leases.set_key(&kv.key, kv.lease);
-                }
-                last_rev = rev.main;
-                Ok(())
-            };
-            match step() {
-                Ok(()) => true,
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            }
-        })?;
-        if let Some(e) = err {
-            return Err(e);
-        }
-        for (k, v) in engine.scan(&[keys::LEASE], &keys::prefix_end(keys::LEASE))? {
-            let id = i64::from_be_bytes(
-                k.get(1..9)
-                    .and_then(|b| b.try_into().ok())
-                    .ok_or_else(|| Error::Corrupt(format!("bad lease key {k:?}")))?,
-            );
-            leases.insert(id, bincode::deserialize::<LeaseRecord>(&v)?);
-        }
-        leases.attach_all();
-        let read_i64 = |name: &str| -> Result<Option<i64>> {
-            match engine.get(&keys::sm_meta(name))? {
-                None => Ok(None),
-                Some(b) => Ok(Some(i64::from_be_bytes(
-                    b.as_slice().try_into().map_err(|_| Error::Corrupt(format!("bad meta {name}")))?,
-                ))),
-            }
-        };
-        let mut rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
-        if crate::plant::on("compact-forgets-revision") {
-            rev = last_rev;
-        }
-        let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
-        let registry = Registry::load(&*engine)?;
-        let auth = match engine.get(&keys::sm_meta(crate::auth::RECORD))? {
-            None => AuthState::new(),
-            Some(b) => bincode::deserialize(&b)?,
-        };
-        Ok(Self { engine, state: RwLock::new(State { index, leases, registry, auth, rev, compact_rev }) })
+        let state = load(&*engine)?;
+        Ok(Self { engine, state: RwLock::new(state) })
     }
 
     /// A read view at the current revision. Holds the state lock shared until dropped.
@@ -181,12 +124,89 @@ impl Mvcc {
         &self.engine
     }
 
-    /// Re-reads everything from the engine (after a snapshot was installed underneath).
-    pub fn reload(&self) -> Result<()> {
-        let fresh = Mvcc::open(self.engine.clone())?;
-        *self.state.write() = fresh.state.into_inner();
+    /// Replaces every state-machine pair with `pairs` (a snapshot being installed; a later pair
+    /// wins over an earlier one with the same key) as one step readers cannot see halfway: the
+    /// synced engine write and the index rebuilt from it both happen under the state lock, so a
+    /// reader sees the old rows through the old index or the new through the new. On an error
+    /// the engine may hold the new data under the old index; the caller must stop.
+    pub fn replace(&self, pairs: impl IntoIterator<Item = crate::engine::Pair>) -> Result<()> {
+        let mut batch = Batch::default();
+        for p in keys::STATE_MACHINE {
+            batch.delete_range(vec![p], keys::prefix_end(p));
+        }
+        for (k, v) in pairs {
+            batch.put(k, v);
+        }
+        let mut state = self.state.write();
+        self.engine.write(batch, true)?;
+        *state = load(&*self.engine)?;
         Ok(())
     }
+}
+
+/// Reads the whole in-memory state (index, leases, registry, auth, revisions) from `engine`.
+fn load(engine: &dyn Engine) -> Result<State> {
+    let mut index = Index::default();
+    let mut leases = LeaseTable::default();
+    let mut last_rev = 1;
+    let mut err = None;
+    engine.for_each(&[keys::HISTORY], &keys::prefix_end(keys::HISTORY), &mut |k, v| {
+        let mut step = || -> Result<()> {
+            let (rev, tomb) = keys::decode_rev_key(k)?;
+            let kv = KeyValue::decode(v)?;
+            if tomb {
+                if crate::plant::on("restore-skips-tombstone") {
+                    index.tombstone(&kv.key, rev);
+                } else {
+                    index.restore_tombstone(&kv.key, rev);
+                }
+                leases.set_key(&kv.key, 0);
+            } else {
+                index.restore_put(&kv.key, rev, kv.create_revision, kv.version);
+                leases.set_key(&kv.key, kv.lease);
+            }
+            last_rev = rev.main;
+            Ok(())
+        };
+        match step() {
+            Ok(()) => true,
+            Err(e) => {
+                err = Some(e);
+                false
+            }
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e);
+    }
+    for (k, v) in engine.scan(&[keys::LEASE], &keys::prefix_end(keys::LEASE))? {
+        let id = i64::from_be_bytes(
+            k.get(1..9)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| Error::Corrupt(format!("bad lease key {k:?}")))?,
+        );
+        leases.insert(id, bincode::deserialize::<LeaseRecord>(&v)?);
+    }
+    leases.attach_all();
+    let read_i64 = |name: &str| -> Result<Option<i64>> {
+        match engine.get(&keys::sm_meta(name))? {
+            None => Ok(None),
+            Some(b) => Ok(Some(i64::from_be_bytes(
+                b.as_slice().try_into().map_err(|_| Error::Corrupt(format!("bad meta {name}")))?,
+            ))),
+        }
+    };
+    let mut rev = read_i64(META_REV)?.unwrap_or(1).max(last_rev);
+    if crate::plant::on("compact-forgets-revision") {
+        rev = last_rev;
+    }
+    let compact_rev = read_i64(META_COMPACT)?.unwrap_or(-1);
+    let registry = Registry::load(engine)?;
+    let auth = match engine.get(&keys::sm_meta(AUTH))? {
+        None => AuthState::new(),
+        Some(b) => bincode::deserialize(&b)?,
+    };
+    Ok(State { index, leases, registry, auth, rev, compact_rev })
 }
 
 /// A read-only view at the current revision.
@@ -394,6 +414,16 @@ impl<'a> ApplyBatch<'a> {
         Ok(true)
     }
 
+    /// What this batch has changed so far, coarsely: writes queued, the current and compacted
+    /// revisions, revisions made, records to write. For the applier's debug-build check that a
+    /// refused command changes nothing (every change to the in-memory state queues a write or
+    /// marks a record).
+    #[cfg(debug_assertions)]
+    pub fn changes(&self) -> (usize, i64, i64, usize, bool, bool) {
+        let s = &self.state;
+        (self.batch.ops.len(), s.rev, s.compact_rev, self.revisions.len(), self.registry_changed, self.auth_changed)
+    }
+
     /// Writes the batch atomically (synced when `sync`), then lets readers in. Returns the
     /// revisions it made, for the watch hub.
     pub fn commit(mut self, sync: bool) -> Result<Vec<Revision>> {
@@ -401,11 +431,11 @@ impl<'a> ApplyBatch<'a> {
         self.batch.put(keys::sm_meta(META_REV), rev.to_be_bytes().to_vec());
         if self.registry_changed {
             let record = bincode::serialize(&self.state.registry).expect("registry serializes");
-            self.batch.put(keys::sm_meta(registry::RECORD), record);
+            self.batch.put(keys::sm_meta(REGISTRY), record);
         }
         if self.auth_changed {
             let record = bincode::serialize(&self.state.auth).expect("auth state serializes");
-            self.batch.put(keys::sm_meta(crate::auth::RECORD), record);
+            self.batch.put(keys::sm_meta(AUTH), record);
         }
         let batch = std::mem::take(&mut self.batch);
         self.engine.write(batch, sync)?;

@@ -1,6 +1,6 @@
 //! Replicated cluster facts kept beside the keyspace: what each member published about itself
 //! (name, client URLs) and the raised alarms. Both are small, change rarely, and are written as one
-//! record (`m` + [`RECORD`]) in the same batch as the entry that changed them, so they travel in
+//! record (`m` + [`keys::meta::REGISTRY`]) in the same batch as the entry that changed them, so they travel in
 //! snapshots and survive restarts like the data. Peer URLs and learner status are not here: they
 //! are Raft's membership.
 
@@ -13,9 +13,6 @@ use super::ApplyBatch;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::mvcc::keys;
-
-/// The metadata name of the registry record.
-pub const RECORD: &str = "registry";
 
 /// What a running member publishes about itself (etcd's member attributes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,7 +31,7 @@ pub struct Registry {
 impl Registry {
     /// Reads the registry record (empty on a new store).
     pub fn load(engine: &dyn Engine) -> Result<Registry> {
-        match engine.get(&keys::sm_meta(RECORD))? {
+        match engine.get(&keys::sm_meta(keys::meta::REGISTRY))? {
             None => Ok(Registry::default()),
             Some(b) => Ok(bincode::deserialize(&b)?),
         }

@@ -22,9 +22,7 @@ use crate::mvcc::keys;
 
 type Entry = openraft::Entry<TypeConfig>;
 
-const VOTE: &str = "vote";
-const COMMITTED: &str = "committed";
-const PURGED: &str = "purged";
+use crate::mvcc::keys::raft_meta::{COMMITTED, PURGED, VOTE};
 
 /// The Raft log store. Clones share the engine and the syncer.
 #[derive(Clone)]

@@ -79,15 +79,13 @@ impl Dialer {
         // HTTP/2 pings find a connection a partition or a dead peer left hung within a couple of
         // seconds, so forwarded requests do not wait out their whole deadline on it.
         let endpoint = endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         let channel = match (&self.connector, tls) {
             (Some(connect), _) => channel_via(endpoint, connect),
             (None, Some(tls)) => channel_via(endpoint, &tls_connector(tls)),
-            (None, None) => endpoint.connect_lazy(),
+            (None, None) => channel_via(endpoint, &tcp_connector()),
         };
         channels.insert(url, channel.clone());
         Ok(RaftClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX))
@@ -99,13 +97,65 @@ impl Dialer {
     }
 }
 
-/// A lazy channel to `endpoint` whose connections `connect` opens.
+/// A peer call that failed before it had a connection: nothing of it was sent, so sending it
+/// again cannot apply it twice. Every connection a [`Dialer`] opens goes through
+/// [`channel_via`], which reports each failure to connect (within [`CONNECT_TIMEOUT`], the TLS
+/// handshake included) as this error, found in a failed call's error sources by
+/// [`never_sent`].
+#[derive(Debug)]
+pub struct NotConnected(io::Error);
+
+impl std::fmt::Display for NotConnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "connect error: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotConnected {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Whether a failed peer call never had a connection ([`NotConnected`] among its error
+/// sources), so it was never sent.
+pub fn never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.is::<NotConnected>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// A lazy channel to `endpoint` whose connections `connect` opens; a connection not open within
+/// [`CONNECT_TIMEOUT`] fails, and every failure to open one is [`NotConnected`].
 pub fn channel_via(endpoint: Endpoint, connect: &Connector) -> Channel {
     let connect = connect.clone();
     endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: http::Uri| {
-        let opening = connect(uri);
-        async move { opening.await.map(hyper_util::rt::TokioIo::new) }
+        let opening = tokio::time::timeout(CONNECT_TIMEOUT, connect(uri));
+        async move {
+            match opening.await {
+                Ok(Ok(io)) => Ok(hyper_util::rt::TokioIo::new(io)),
+                Ok(Err(e)) => Err(NotConnected(e)),
+                Err(_) => Err(NotConnected(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))),
+            }
+        }
     }))
+}
+
+/// Opens plain TCP connections to the URL's host and port.
+fn tcp_connector() -> Connector {
+    Arc::new(|uri: http::Uri| {
+        Box::pin(async move {
+            let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), uri.port_u16().unwrap_or(80))).await?;
+            let _ = tcp.set_nodelay(true);
+            Ok(Box::new(tcp) as Box<dyn PeerIo>)
+        })
+    })
 }
 
 /// Opens TCP connections and does a TLS handshake on each, as `tls` says.

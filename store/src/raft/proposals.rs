@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::mem;
 use std::sync::Arc;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::ClientWriteError;
 use openraft::raft::ClientWriteResponse;
 use openraft::BasicNode;
 use parking_lot::Mutex;
@@ -24,12 +24,36 @@ use tokio::sync::{oneshot, Notify};
 use super::{Applied, Command, Raft, Reply, TypeConfig};
 
 /// What one queued write gets: its reply and the index of the entry that carried it, or why
-/// the proposal failed (not the leader, stopped).
-pub type Outcome = Result<(Applied, u64), RaftError<u64, ClientWriteError<u64, BasicNode>>>;
+/// it got none.
+pub type Outcome = Result<(Applied, u64), Refused>;
 
-/// The outcome of a write whose driver went away: unknown, as a timed-out write's.
-fn stopped() -> RaftError<u64, ClientWriteError<u64, BasicNode>> {
-    RaftError::Fatal(openraft::error::Fatal::Stopped)
+/// Why a write got no reply.
+///
+/// openraft answers `ForwardToLeader` both for an entry it refused before appending it and for
+/// one it appended and then truncated when a new leader's log overwrote it; the second may still
+/// be committed by a later leader that has it. Only the first may be sent elsewhere. So a batch
+/// is handed to Raft only while this member's Raft metrics say it leads (otherwise it is
+/// [`Refused::NotLeader`], never proposed), and a `ForwardToLeader` for an entry that was handed
+/// over is [`Refused::LeaderLost`]: outcome unknown.
+#[derive(Debug, Clone)]
+pub enum Refused {
+    /// Never proposed: this member does not lead; the leader, if known. Safe to send elsewhere.
+    NotLeader(Option<BasicNode>),
+    /// Proposed, then dropped by a change of leader: it may or may not be committed.
+    LeaderLost,
+    /// Raft stopped, or the proposal's outcome was lost with its driver: unknown.
+    Stopped,
+}
+
+impl Refused {
+    /// Raft's refusal of an entry that was handed to it.
+    fn of(e: ClientWriteError<u64, BasicNode>) -> Self {
+        match e {
+            ClientWriteError::ForwardToLeader(_) => Refused::LeaderLost,
+            // Client writes carry no membership change; this does not happen to them.
+            ClientWriteError::ChangeMembershipError(_) => Refused::LeaderLost,
+        }
+    }
 }
 
 /// Most commands in one batch (a batch also stops at `max_bytes`).
@@ -70,6 +94,19 @@ impl Drop for Driving<'_> {
     }
 }
 
+/// The proposal a driver awaits; if the driver is dropped first (its client went away), the
+/// proposal returns to the head of the queue for the next driver: the other writers of its batch
+/// still get their answers.
+struct Oldest<'a>(&'a Proposals, Option<Proposed>);
+
+impl Drop for Oldest<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.1.take() {
+            self.0.state.lock().proposed.push_front(p);
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     queue: Vec<(Command, Waiter)>,
@@ -90,9 +127,11 @@ impl Proposals {
     /// No task of its own (a spawned one made seeded histories replay differently): one caller
     /// at a time drives, proposing batches and awaiting their answers until its own command is
     /// answered, then hands over to a waiting caller, with the proposals still in flight. A
-    /// driver that is dropped while it awaits an answer (its client went away) hands over too;
-    /// the writes of that proposal are answered "stopped", their outcome unknown, as a timed-out
-    /// write's.
+    /// driver that is dropped while it awaits an answer (its client went away) hands over too,
+    /// and the proposal it awaited stays in flight for the next driver: no other writer loses its
+    /// answer. A driver dropped while it hands a batch to Raft leaves that batch's outcome
+    /// unknown ("stopped", as a timed-out write's); handing over only queues the entry, so that
+    /// await does not wait on Raft.
     pub async fn write(&self, cmd: Command) -> Outcome {
         let (tx, mut rx) = oneshot::channel();
         self.state.lock().queue.push((cmd, tx));
@@ -102,10 +141,7 @@ impl Proposals {
                 let handed_over = self.handover.notified();
                 tokio::select! {
                     biased;
-                    r = &mut rx => return match r {
-                        Ok(outcome) => outcome,
-                        Err(_) => Err(stopped()),
-                    },
+                    r = &mut rx => return r.unwrap_or(Err(Refused::Stopped)),
                     _ = handed_over => continue,
                 }
             }
@@ -113,7 +149,7 @@ impl Proposals {
             loop {
                 match rx.try_recv() {
                     Ok(r) => return r,
-                    Err(oneshot::error::TryRecvError::Closed) => return Err(stopped()),
+                    Err(oneshot::error::TryRecvError::Closed) => return Err(Refused::Stopped),
                     Err(oneshot::error::TryRecvError::Empty) => {}
                 }
                 loop {
@@ -130,13 +166,16 @@ impl Proposals {
                     let proposed = self.propose(batch).await;
                     self.state.lock().proposed.extend(proposed);
                 }
-                let oldest = self.state.lock().proposed.pop_front();
-                if let Some(p) = oldest {
-                    let answer = match p.answer.await {
+                // The oldest proposal goes back at the head of the queue if this driver is
+                // dropped while awaiting it, so the next driver answers its waiters.
+                let mut oldest = Oldest(self, self.state.lock().proposed.pop_front());
+                if let Some(p) = oldest.1.as_mut() {
+                    let answer = match (&mut p.answer).await {
                         Ok(Ok(r)) => Ok(r),
-                        Ok(Err(e)) => Err(RaftError::APIError(e)),
-                        Err(_) => Err(stopped()),
+                        Ok(Err(e)) => Err(Refused::of(e)),
+                        Err(_) => Err(Refused::Stopped),
                     };
+                    let p = oldest.1.take().expect("awaited just now");
                     answer_waiters(p.batch, p.waiters, answer);
                 }
             }
@@ -158,9 +197,21 @@ impl Proposals {
         mem::replace(queue, rest)
     }
 
-    /// Hands `batch` to Raft, a lone command as it is; None if Raft refused it (the waiters
-    /// have their answer).
+    /// Hands `batch` to Raft, a lone command as it is, if this member leads; None if it was not
+    /// handed over (the waiters have their answer; see [`Refused`]).
     async fn propose(&self, mut batch: Vec<(Command, Waiter)>) -> Option<Proposed> {
+        let not_leader = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            let leader = m.current_leader.and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+            (m.current_leader != Some(m.id)).then_some(leader)
+        };
+        if let Some(leader) = not_leader {
+            for (_, tx) in batch {
+                let _ = tx.send(Err(Refused::NotLeader(leader.clone())));
+            }
+            return None;
+        }
         let (cmd, waiters, batch) = if batch.len() == 1 {
             let (cmd, tx) = batch.pop().expect("one command");
             (cmd, vec![tx], false)
@@ -170,8 +221,8 @@ impl Proposals {
         };
         match self.raft.client_write_ff(cmd).await {
             Ok(answer) => Some(Proposed { answer, batch, waiters }),
-            Err(fatal) => {
-                answer_waiters(batch, waiters, Err(RaftError::Fatal(fatal)));
+            Err(_) => {
+                answer_waiters(batch, waiters, Err(Refused::Stopped));
                 None
             }
         }
@@ -179,11 +230,7 @@ impl Proposals {
 }
 
 /// Gives each waiter of a proposal (a `batch`, or a lone command) its part of `answer`.
-fn answer_waiters(
-    batch: bool,
-    mut waiters: Vec<Waiter>,
-    answer: Result<ClientWriteResponse<TypeConfig>, RaftError<u64, ClientWriteError<u64, BasicNode>>>,
-) {
+fn answer_waiters(batch: bool, mut waiters: Vec<Waiter>, answer: Result<ClientWriteResponse<TypeConfig>, Refused>) {
     let r = match answer {
         Ok(r) => r,
         Err(e) => {

@@ -18,19 +18,17 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StoredMembership};
 use parking_lot::Mutex;
 
-use super::{io_err, Applied, Command, LogId, Proto, Reply, StorageError, TypeConfig};
-use crate::auth::{self, Tokens};
-use crate::engine::{Batch, Pair};
+use super::apply::{apply_command, is_deterministic, EntryContext};
+use super::{io_err, Applied, LogId, Reply, StorageError, TypeConfig};
+use crate::auth::Tokens;
+use crate::engine::Pair;
 use crate::error::{Error, Result};
-use crate::mvcc::{keys, kv, lease, registry, ApplyBatch, Mvcc};
+use crate::mvcc::{keys, Mvcc};
 use crate::watch::Hub;
-use keel_auth::AuthInfo;
-use keel_proto::etcdserverpb::{request_op, TxnRequest};
 
 type Membership = StoredMembership<u64, openraft::BasicNode>;
 
-const APPLIED: &str = "applied";
-const MEMBERSHIP: &str = "membership";
+use crate::mvcc::keys::meta::{APPLIED, MEMBERSHIP, REGISTRY};
 
 struct AppliedState {
     last: Option<LogId>,
@@ -64,85 +62,6 @@ fn read_meta<T: serde::de::DeserializeOwned>(mvcc: &Mvcc, name: &str) -> Result<
         None => Ok(None),
         Some(b) => Ok(Some(bincode::deserialize(&b)?)),
     }
-}
-
-/// Whether a command needs space: refused while the NOSPACE alarm is raised (etcd's capped
-/// applier refuses puts, txns that put, and lease grants; deletes and compaction still work).
-pub fn needs_space(cmd: &Command) -> bool {
-    fn txn_puts(t: &TxnRequest) -> bool {
-        t.success.iter().chain(&t.failure).any(|op| match &op.request {
-            Some(request_op::Request::RequestPut(_)) => true,
-            Some(request_op::Request::RequestTxn(inner)) => txn_puts(inner),
-            _ => false,
-        })
-    }
-    match cmd {
-        Command::Put(_) | Command::LeaseGrant(_) => true,
-        Command::Txn(Proto(t)) => txn_puts(t),
-        Command::Authed { cmd, .. } => needs_space(cmd),
-        _ => false,
-    }
-}
-
-/// What applying a command needs besides the batch: its entry's log index and term, and this
-/// member's auth tokens.
-pub struct EntryContext<'a> {
-    pub index: u64,
-    pub term: u64,
-    pub tokens: &'a Tokens,
-}
-
-/// Applies one command inside the batch. Refusals are replies; only engine failures are errors.
-pub fn apply_command(batch: &mut ApplyBatch, at: &EntryContext, cmd: &Command) -> Result<Reply, Error> {
-    apply_as(batch, at, &AuthInfo::default(), cmd)
-}
-
-/// Applies `cmd` on behalf of `who` (no user unless the command came `Authed`).
-fn apply_as(batch: &mut ApplyBatch, at: &EntryContext, who: &AuthInfo, cmd: &Command) -> Result<Reply, Error> {
-    if batch.registry().no_space() && needs_space(cmd) {
-        return Err(Error::NoSpace);
-    }
-    auth::check_write(batch.auth(), batch.leases(), who, cmd)?;
-    Ok(match cmd {
-        Command::Put(Proto(p)) => Reply::Put(Proto(kv::put(batch, p)?)),
-        Command::DeleteRange(Proto(d)) => Reply::DeleteRange(Proto(kv::delete_range(batch, d)?)),
-        Command::Txn(Proto(t)) => Reply::Txn(Proto(kv::txn(batch, t)?)),
-        Command::Compact(Proto(c)) => Reply::Compact(Proto(kv::compact(batch, c)?)),
-        Command::LeaseGrant(Proto(g)) => Reply::LeaseGrant(Proto(lease::grant(batch, g)?)),
-        Command::LeaseRevoke(Proto(r)) => Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?)),
-        Command::LeaseExpire { term, revoke: Proto(r) } => {
-            if *term != at.term {
-                return Err(Error::NotLeader);
-            }
-            Reply::LeaseRevoke(Proto(lease::revoke(batch, r)?))
-        }
-        Command::LeaseCheckpoint(Proto(c)) => Reply::LeaseCheckpoint(Proto(lease::checkpoint(batch, c)?)),
-        Command::Publish { id, attributes } => {
-            registry::publish(batch, *id, attributes);
-            Reply::None
-        }
-        Command::Alarm(Proto(a)) => Reply::Alarm(Proto(registry::alarm(batch, a))),
-        Command::Batch(cmds) => {
-            let mut replies = Vec::with_capacity(cmds.len());
-            for cmd in cmds {
-                match apply_command(batch, at, cmd) {
-                    Err(e) if !is_deterministic(&e) => return Err(e),
-                    r => replies.push(Applied(r)),
-                }
-            }
-            Reply::Batch(replies)
-        }
-        Command::Authed { user, revision, cmd } => {
-            return apply_as(batch, at, &AuthInfo { username: user.clone(), revision: *revision }, cmd)
-        }
-        Command::Auth(a) => Reply::Auth(auth::apply(batch, at.tokens, at.index, who, a)?),
-    })
-}
-
-/// Whether an error from applying a command is a deterministic refusal (the same on every member)
-/// rather than a local failure.
-fn is_deterministic(e: &Error) -> bool {
-    !matches!(e, Error::Io(_) | Error::Corrupt(_))
 }
 
 impl StateMachine {
@@ -265,16 +184,29 @@ pub fn dump(mvcc: &Mvcc) -> Result<Vec<Pair>> {
 /// cluster's Raft position, membership and member registry (etcd's restore keeps the keyspace
 /// and leases, and starts membership afresh).
 pub fn restorable(key: &[u8]) -> bool {
-    ![APPLIED, MEMBERSHIP, crate::mvcc::registry::RECORD].iter().any(|n| key == keys::sm_meta(n).as_slice())
+    ![APPLIED, MEMBERSHIP, REGISTRY].iter().any(|n| key == keys::sm_meta(n).as_slice())
+}
+
+/// The applied log id and membership a dump of the state machine carries: they were written in
+/// the same engine batch as the data they describe, so they are the dump's own cut.
+fn cut_of(pairs: &[Pair]) -> Result<(Option<LogId>, Membership)> {
+    let meta = |name: &str| {
+        let key = keys::sm_meta(name);
+        pairs.binary_search_by(|(k, _)| k.as_slice().cmp(&key)).ok().map(|i| pairs[i].1.as_slice())
+    };
+    let last = meta(APPLIED).map(bincode::deserialize).transpose()?;
+    let membership = meta(MEMBERSHIP).map(bincode::deserialize).transpose()?.unwrap_or_default();
+    Ok((last, membership))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    /// Runs beside `apply` (openraft builds snapshots in a task of their own): the data, the log
+    /// id and the membership all come from one dump, so they describe the same applied state
+    /// whatever was applied meanwhile.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (last, membership) = {
-            let a = self.applied.lock();
-            (a.last, a.membership.clone())
-        };
-        let pairs = self.dump().map_err(|e| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Read))?;
+        let read_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Read);
+        let pairs = self.dump().map_err(read_err)?;
+        let (last, membership) = cut_of(&pairs).map_err(read_err)?;
         let data = bincode::serialize(&pairs).expect("pairs serialize");
         let seq = {
             let mut s = self.snapshot_seq.lock();
@@ -325,23 +257,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let snap_err = |e: Error| io_err(e, ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write);
         let data = snapshot.into_inner();
         tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "installing a snapshot from the leader");
-        let pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
-        let mut b = Batch::default();
-        for p in keys::STATE_MACHINE {
-            b.delete_range(vec![p], keys::prefix_end(p));
-        }
-        for (k, v) in pairs {
-            b.put(k, v);
-        }
+        let mut pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
         // The snapshot's own applied id and membership win over whatever the data carried.
         if let Some(l) = meta.last_log_id {
-            b.put(keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes"));
+            pairs.push((keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes")));
         }
-        b.put(keys::sm_meta(MEMBERSHIP), bincode::serialize(&meta.last_membership).expect("membership serializes"));
+        let membership = bincode::serialize(&meta.last_membership).expect("membership serializes");
+        pairs.push((keys::sm_meta(MEMBERSHIP), membership));
         {
             let mut applied = self.applied.lock();
-            self.mvcc.engine().write(b, true).map_err(snap_err)?;
-            self.mvcc.reload().map_err(snap_err)?;
+            self.mvcc.replace(pairs).map_err(snap_err)?;
             applied.last = meta.last_log_id;
             applied.membership = meta.last_membership.clone();
         }
@@ -359,10 +284,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 mod tests {
     use std::time::Duration;
 
-    use keel_proto::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest, PutRequest};
+    use keel_proto::etcdserverpb::{request_op, LeaseGrantRequest, LeaseRevokeRequest, PutRequest};
 
     use super::*;
     use crate::engine::MemEngine;
+    use crate::mvcc::kv;
+    use crate::raft::{Command, Proto};
 
     /// Applies `cmd` as entry `index` of `term`, committing what it changed.
     fn apply_at(mvcc: &Mvcc, tokens: &Tokens, index: u64, term: u64, cmd: Command) -> Result<Reply> {
@@ -370,6 +297,151 @@ mod tests {
         let reply = apply_command(&mut batch, &EntryContext { index, term, tokens }, &cmd);
         batch.commit(false)?;
         reply
+    }
+
+    fn entry(index: u64, cmd: Command) -> openraft::Entry<TypeConfig> {
+        openraft::Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(cmd),
+        }
+    }
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Put(Proto(PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: value.as_bytes().to_vec().into(),
+            ..Default::default()
+        }))
+    }
+
+    fn memory_sm() -> StateMachine {
+        StateMachine::open(Arc::new(Mvcc::open(Arc::new(MemEngine::new())).unwrap())).unwrap()
+    }
+
+    /// Snapshots built while entries are applied (openraft runs both at once) must each be one
+    /// cut: a member that installs one and applies the log after its log id ends up exactly where
+    /// the leader is. A snapshot whose log id is older than its data would make it apply entries
+    /// twice, and its revisions would drift.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_built_during_applies_is_one_cut() {
+        const ENTRIES: u64 = 2000;
+        let sm = memory_sm();
+        let log: Vec<Command> = (1..=ENTRIES).map(|i| put(&format!("k{}", i % 97), &i.to_string())).collect();
+        let applying = {
+            let (mut sm, log) = (sm.clone(), log.clone());
+            tokio::spawn(async move {
+                for (i, cmd) in log.into_iter().enumerate() {
+                    sm.apply([entry(i as u64 + 1, cmd)]).await.unwrap();
+                }
+            })
+        };
+        let mut snapshots = Vec::new();
+        let mut builder = sm.clone();
+        while !applying.is_finished() {
+            let snap = builder.build_snapshot().await.unwrap();
+            snapshots.push((snap.meta, snap.snapshot.into_inner()));
+        }
+        applying.await.unwrap();
+        let leader = dump(sm.mvcc()).unwrap();
+        assert!(snapshots.len() > 1, "no snapshot was built during the applies");
+        for (meta, data) in snapshots.iter().step_by(snapshots.len() / 10 + 1) {
+            let mut follower = memory_sm();
+            follower.install_snapshot(meta, Box::new(Cursor::new(data.clone()))).await.unwrap();
+            let from = meta.last_log_id.map(|l| l.index).unwrap_or(0);
+            for i in from + 1..=ENTRIES {
+                follower.apply([entry(i, log[i as usize - 1].clone())]).await.unwrap();
+            }
+            assert_eq!(
+                follower.mvcc().current_rev(),
+                sm.mvcc().current_rev(),
+                "snapshot {} ({from}): the follower's revision drifted",
+                meta.snapshot_id
+            );
+            assert!(dump(follower.mvcc()).unwrap() == leader, "snapshot {}: the follower differs", meta.snapshot_id);
+        }
+    }
+
+    /// Readers running while a snapshot is installed see the state before it or after it, never
+    /// a mix (new rows through the old index: `indexed but not stored`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_never_see_a_snapshot_installed_halfway() {
+        use keel_proto::etcdserverpb::{CompactionRequest, DeleteRangeRequest, RangeRequest};
+        // Two snapshots with no history in common: 400 puts, and the same deleted and compacted.
+        let source = memory_sm();
+        let mut src = source.clone();
+        let mut index = 0;
+        let mut next = |cmd| {
+            index += 1;
+            entry(index, cmd)
+        };
+        let puts: Vec<_> = (0..400).map(|i| next(put(&format!("k{i:03}"), "v"))).collect();
+        src.apply(puts).await.unwrap();
+        let full = src.build_snapshot().await.unwrap();
+        let delete = DeleteRangeRequest { key: vec![0].into(), range_end: vec![0].into(), ..Default::default() };
+        src.apply([next(Command::DeleteRange(Proto(delete)))]).await.unwrap();
+        let rev = src.mvcc().current_rev();
+        src.apply([next(Command::Compact(Proto(CompactionRequest { revision: rev, physical: true })))]).await.unwrap();
+        let empty = src.build_snapshot().await.unwrap();
+        let (full_meta, full) = (full.meta, full.snapshot.into_inner());
+        let (empty_meta, empty) = (empty.meta, empty.snapshot.into_inner());
+
+        let sm = memory_sm();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (mvcc, stop) = (sm.mvcc().clone(), stop.clone());
+                tokio::task::spawn_blocking(move || {
+                    let all = RangeRequest { key: vec![0].into(), range_end: vec![0].into(), ..Default::default() };
+                    let mut reads = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let view = mvcc.read();
+                        let r = kv::range(&view, &all).expect("a range during an install");
+                        assert!(r.count == 0 || r.count == 400, "a range saw {} keys", r.count);
+                        assert_eq!(r.kvs.len() as i64, r.count);
+                        view.hash_kv(0).expect("a hash during an install");
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let mut installer = sm.clone();
+        for round in 0..40 {
+            let (meta, data) = if round % 2 == 0 { (&full_meta, &full) } else { (&empty_meta, &empty) };
+            installer.install_snapshot(meta, Box::new(Cursor::new(data.clone()))).await.unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in readers {
+            assert!(r.await.expect("a reader failed") > 0);
+        }
+    }
+
+    /// A range limit at i64's largest value (one more tells `more`) answers like no limit, inside
+    /// a txn applied on every member as at the edge.
+    #[test]
+    fn a_range_limit_at_the_largest_value_takes_everything() {
+        use keel_proto::etcdserverpb::{response_op, RangeRequest, RequestOp, TxnRequest};
+        let mvcc = Mvcc::open(Arc::new(MemEngine::new())).unwrap();
+        let tokens = Tokens::new(Duration::from_secs(300));
+        apply_at(&mvcc, &tokens, 1, 1, put("a", "1")).unwrap();
+        apply_at(&mvcc, &tokens, 2, 1, put("b", "2")).unwrap();
+        let range = RangeRequest {
+            key: b"a".to_vec().into(),
+            range_end: b"c".to_vec().into(),
+            limit: i64::MAX,
+            ..Default::default()
+        };
+        let txn = TxnRequest {
+            success: vec![RequestOp { request: Some(request_op::Request::RequestRange(range.clone())) }],
+            ..Default::default()
+        };
+        let Ok(Reply::Txn(Proto(t))) = apply_at(&mvcc, &tokens, 3, 1, Command::Txn(Proto(txn))) else {
+            panic!("the txn was refused")
+        };
+        let Some(response_op::Response::ResponseRange(r)) = &t.responses[0].response else { panic!("{t:?}") };
+        assert_eq!((r.kvs.len(), r.count, r.more), (2, 2, false));
+        let r = kv::range(&mvcc.read(), &range).unwrap();
+        assert_eq!((r.kvs.len(), r.count, r.more), (2, 2, false));
     }
 
     #[test]

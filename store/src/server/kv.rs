@@ -116,7 +116,8 @@ impl Kv for KvService {
     }
 
     async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
-        // Compaction is applied, and durable, before the reply: `physical` is always honoured.
+        // Compaction is applied before the reply (its Raft entry is durable, and a restart applies
+        // it again): `physical` is always honoured.
         let (md, _, c) = req.into_parts();
         write!(self, &md, c, Compact)
     }

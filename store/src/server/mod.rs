@@ -60,6 +60,7 @@ pub fn status(e: Error) -> Status {
         | Error::Timeout
         | Error::TimeoutDueToConnectionLost
         | Error::TimeoutLeaderTransfer
+        | Error::TimeoutLeaderFail
         | Error::NotSupportedForLearner
         | Error::Stopped => Code::Unavailable,
         Error::NoSpace => Code::ResourceExhausted,

@@ -7,6 +7,10 @@
 //! - `stale-read`: a linearizable read skips the read barrier (a serializable read in disguise).
 //! - `lost-on-crash`: the Raft log and the state machine are written without sync.
 //! - `drop-watch-event`: the watch hub drops every tenth event it publishes.
+//! - `future-watch-old-events`: a watcher whose start revision is in the future joins the synced
+//!   watchers at the next revision to publish, as if no synced watcher could be ahead, so it gets
+//!   events older than its start (etcd #20221: the resync set such a watcher's `minRev` to the
+//!   current revision + 1, fixed by #20281).
 //! - `compact-drops-tombstone`: compaction also drops a tombstone exactly at the compaction
 //!   revision (etcd before #18274: a watch from that revision misses the delete, etcd #18089).
 //! - `compact-forgets-revision`: the same, and a reopened store takes its revision from the
@@ -16,11 +20,12 @@
 //! - `lease-expires-early`: a keep-alive renews a lease for half its TTL.
 
 /// The bugs that can be planted.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "ack-before-commit",
     "stale-read",
     "lost-on-crash",
     "drop-watch-event",
+    "future-watch-old-events",
     "compact-drops-tombstone",
     "compact-forgets-revision",
     "restore-skips-tombstone",

@@ -478,12 +478,15 @@ impl Hub {
         let wk = g.next_watcher;
         g.next_watcher += 1;
         let start_synced = start > g.published;
+        // The planted bug (etcd #20221) starts every watcher that joins the synced group at the
+        // next revision to publish, lowering a start in the future.
+        let next = if start_synced && crate::plant::on("future-watch-old-events") { g.published + 1 } else { start };
         let w = Watcher {
             stream,
             id,
             key: Bytes::copy_from_slice(&req.key),
             span,
-            next: start,
+            next,
             synced: false,
             no_put: filters(FilterType::Noput),
             no_delete: filters(FilterType::Nodelete),
@@ -796,15 +799,20 @@ impl Hub {
     }
 
     /// After a snapshot replaced the store underneath: every synced watcher continues from
-    /// history, from the first revision it has not seen.
+    /// history, from the first revision it has not seen: the one after the last published, or
+    /// its start revision if that is later (a watcher created on a future revision that the
+    /// snapshot reached or passed). One whose start is still ahead of the store stays synced.
     pub fn reset(&self) {
         let mut g = self.inner.lock();
         let next = g.published + 1;
-        let synced: Vec<u64> = g.watchers.iter().filter(|(_, w)| w.synced && w.next <= next).map(|(k, _)| *k).collect();
+        let current = self.mvcc.current_rev();
+        let synced: Vec<u64> =
+            g.watchers.iter().filter(|(_, w)| w.synced && w.next <= current).map(|(k, _)| *k).collect();
         for wk in synced {
-            self.demote(&mut g, wk, next);
+            let from = g.watchers[&wk].next.max(next);
+            self.demote(&mut g, wk, from);
         }
-        g.published = self.mvcc.current_rev();
+        g.published = current;
     }
 
     /// A watcher's state by stream and client id.

@@ -25,6 +25,7 @@ use crate::engine::{Engine, SyncMode, Syncer};
 use crate::error::{Error, Result};
 use crate::lessor::Lessor;
 use crate::membership::{self, Change, Changed, MemberInfo};
+use crate::mvcc::keys::raft_meta::IDENTITY;
 use crate::mvcc::registry::Attributes;
 use crate::mvcc::{Mvcc, View};
 use crate::raft::apply::needs_space;
@@ -174,8 +175,6 @@ struct Identity {
     id: u64,
     cluster_id: u64,
 }
-
-use crate::mvcc::keys::raft_meta::IDENTITY;
 
 fn read_identity(engine: &dyn Engine) -> Result<Option<Identity>> {
     Ok(engine.get(&crate::mvcc::keys::raft_meta(IDENTITY))?.map(|b| bincode::deserialize(&b)).transpose()?)
@@ -805,8 +804,9 @@ impl Member {
         // nothing and neither heartbeats nor campaigns.
         let mut holding = Holding { member: self, others: Vec::new(), held: false };
         for o in others {
-            holding.others.push(url(o));
-            let _ = self.forward(&url(o), Forwarded::HoldElections(true)).await;
+            let u = url(o);
+            let _ = self.forward(&u, Forwarded::HoldElections(true)).await;
+            holding.others.push(u);
         }
         holding.hold();
         // The followers refuse to vote until the lease of this leader has run out.
@@ -1049,11 +1049,9 @@ impl Holding<'_> {
 
     /// Ends the hold and waits until the other members were told.
     async fn release(mut self) {
-        let (member, others) = (self.member, std::mem::take(&mut self.others));
+        let telling = release_elections(self.member, std::mem::take(&mut self.others));
         drop(self);
-        for url in others {
-            let _ = member.forward(&url, Forwarded::HoldElections(false)).await;
-        }
+        telling.await;
     }
 }
 
@@ -1069,13 +1067,18 @@ impl Drop for Holding<'_> {
         if others.is_empty() {
             return;
         }
-        let (dialer, timeout) = (m.dialer.clone(), m.request_timeout);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                for url in others {
-                    let _ = forward(&dialer, timeout, &url, Forwarded::HoldElections(false)).await;
-                }
-            });
+            rt.spawn(release_elections(m, others));
+        }
+    }
+}
+
+/// Tells the members at `urls` that they may campaign again (the end of a transfer's hold).
+fn release_elections(m: &Member, urls: Vec<String>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (dialer, timeout) = (m.dialer.clone(), m.request_timeout);
+    async move {
+        for url in urls {
+            let _ = forward(&dialer, timeout, &url, Forwarded::HoldElections(false)).await;
         }
     }
 }

@@ -33,6 +33,7 @@ use crate::engine::{Batch, Engine};
 use crate::error::{Error, Result};
 use index::Index;
 use keel_auth::AuthState;
+use keys::meta::{AUTH, COMPACT as META_COMPACT, REGISTRY, REV as META_REV};
 use keys::Rev;
 use lease::{LeaseRecord, LeaseTable};
 use registry::Registry;
@@ -54,8 +55,6 @@ pub struct Mvcc {
     engine: Arc<dyn Engine>,
     state: RwLock<State>,
 }
-
-use keys::meta::{AUTH, COMPACT as META_COMPACT, REGISTRY, REV as META_REV};
 
 /// A consistent view of the store at one revision.
 pub trait View {

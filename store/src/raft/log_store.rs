@@ -19,10 +19,9 @@ use serde::Serialize;
 use super::{io_err, LogId, StorageError, TypeConfig};
 use crate::engine::{Batch, Engine, Syncer};
 use crate::mvcc::keys;
+use crate::mvcc::keys::raft_meta::{COMMITTED, PURGED, VOTE};
 
 type Entry = openraft::Entry<TypeConfig>;
-
-use crate::mvcc::keys::raft_meta::{COMMITTED, PURGED, VOTE};
 
 /// The Raft log store. Clones share the engine and the syncer.
 #[derive(Clone)]

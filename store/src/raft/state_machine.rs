@@ -23,12 +23,11 @@ use super::{io_err, Applied, LogId, Reply, StorageError, TypeConfig};
 use crate::auth::Tokens;
 use crate::engine::Pair;
 use crate::error::{Error, Result};
+use crate::mvcc::keys::meta::{APPLIED, MEMBERSHIP, REGISTRY};
 use crate::mvcc::{keys, Mvcc};
 use crate::watch::Hub;
 
 type Membership = StoredMembership<u64, openraft::BasicNode>;
-
-use crate::mvcc::keys::meta::{APPLIED, MEMBERSHIP, REGISTRY};
 
 struct AppliedState {
     last: Option<LogId>,

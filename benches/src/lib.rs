@@ -18,6 +18,7 @@
 
 pub mod compare;
 pub mod conn;
+pub mod full_reads;
 pub mod hist;
 pub mod memory;
 pub mod plot;

@@ -100,6 +100,9 @@ enum Cmd {
         #[command(flatten)]
         args: WatchLatencyArgs,
     },
+    /// Whole-store reads (Range of every key, HashKV, Hash, Snapshot) beside a writer: how long
+    /// each takes, the put latencies meanwhile, and the server's resident-set rise.
+    FullReads(keel_bench::full_reads::FullReadsArgs),
     /// Starts etcd and keel in turn with the same flags, runs every workload on both, writes
     /// report.md (ratios and targets), results.json and SVG plots.
     Compare(CompareArgs),
@@ -144,6 +147,7 @@ async fn main() -> Result<()> {
             report.workload = "watch-latency".into();
             emit(&target, report)
         }
+        Cmd::FullReads(args) => keel_bench::full_reads::run(&args).await.map(|_| ()),
         Cmd::Compare(args) => compare::compare(&args).await,
         Cmd::Render { dir } => compare::render(&dir),
     }

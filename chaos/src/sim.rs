@@ -724,7 +724,7 @@ async fn run_member(name: String, cluster: String, setup: Setup, snapshot_every:
     let dialer = Dialer::with_connector(net::connector());
     let member = Member::start_with(&cfg, engine, dialer, SyncMode::Inline).await.map_err(|e| e.to_string())?;
     tokio::spawn(server::serve_with(peers, server::peer_router(member.clone()), std::future::pending()));
-    server::serve_with(clients, server::client_router(member), std::future::pending()).await?;
+    server::serve_with(clients, server::client_router(server::Edge::new(member)), std::future::pending()).await?;
     Ok(())
 }
 

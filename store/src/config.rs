@@ -326,7 +326,30 @@ pub enum Invocation {
     PrintVersion,
 }
 
+/// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// Request limits enforced at the gRPC edge.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_request_bytes: u64,
+    pub max_txn_ops: usize,
+}
+
+impl Limits {
+    /// The largest message received (and the size at which watch responses are fragmented):
+    /// the request limit plus gRPC's overhead allowance, as etcd sets it.
+    pub fn max_message_bytes(&self) -> usize {
+        (self.max_request_bytes as usize).saturating_add(GRPC_OVERHEAD_BYTES)
+    }
+}
+
 impl Config {
+    /// The request limits these flags set.
+    pub fn limits(&self) -> Limits {
+        Limits { max_request_bytes: self.max_request_bytes, max_txn_ops: self.max_txn_ops }
+    }
+
     /// Parses an etcd-style command line (argv[0] first).
     pub fn parse_from<I, T>(args: I) -> Result<Config, String>
     where

@@ -18,16 +18,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use keel_proto::etcdserverpb::{LeaseCheckpoint, LeaseCheckpointRequest, LeaseRevokeRequest};
-use openraft::ServerState;
+use keel_proto::etcdserverpb::{
+    LeaseCheckpoint, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::mvcc::lease::LeaseRecord;
+use crate::mvcc::lease::{LeaseRecord, MAX_TTL};
 use crate::mvcc::View;
-use crate::node::Member;
-use crate::raft::{Command, Proto};
+use crate::node::{ForwardReply, Forwarded, Member, Resend, Try};
+use crate::raft::{Command, Proto, Reply};
 
 /// How often the leader looks for expired leases (etcd checks every 500 ms too).
 pub const EXPIRY_TICK: Duration = Duration::from_millis(500);
@@ -55,7 +56,7 @@ struct Deadlines {
 pub struct Lessor {
     member_id: u64,
     /// etcd's minimum TTL in seconds: 1.5 election timeouts, rounded up.
-    pub min_ttl: i64,
+    min_ttl: i64,
     next_id: AtomicU64,
     deadlines: Mutex<Deadlines>,
 }
@@ -69,7 +70,7 @@ impl Deadlines {
 
 /// Every lease in the table, with its record.
 fn lease_records(m: &Member) -> Vec<(i64, LeaseRecord)> {
-    m.mvcc.read().leases().iter().map(|(id, l)| (id, l.record)).collect()
+    m.read().leases().iter().map(|(id, l)| (id, l.record)).collect()
 }
 
 /// The TTL a lease gets again when a leader (re)starts its timer.
@@ -90,7 +91,7 @@ impl Lessor {
     }
 
     /// A fresh lease id (positive, non-zero) that `taken` does not know.
-    pub fn new_id(&self, taken: impl Fn(i64) -> bool) -> i64 {
+    fn new_id(&self, taken: impl Fn(i64) -> bool) -> i64 {
         loop {
             let suffix = self.next_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & ((1 << 48) - 1);
             let id = (((self.member_id & 0xffff) << 48 | suffix) & (i64::MAX as u64)) as i64;
@@ -103,12 +104,8 @@ impl Lessor {
     /// Brings the deadlines in line with this member's role: a new term as leader starts every
     /// lease afresh; a follower keeps none.
     fn sync_role(&self, m: &Member) -> parking_lot::MutexGuard<'_, Deadlines> {
-        let (term, last_log) = {
-            let rx = m.raft.metrics();
-            let mt = rx.borrow();
-            let leads = mt.state == ServerState::Leader && mt.current_leader == Some(m.id);
-            (leads.then_some(mt.current_term), mt.last_log_index.unwrap_or(0))
-        };
+        let status = m.raft_status();
+        let (term, last_log) = (status.leading.then_some(status.term), status.last_log_index);
         let mut d = self.deadlines.lock();
         if d.term != term {
             d.term = term;
@@ -121,22 +118,18 @@ impl Lessor {
     /// Whether this leader has applied everything its predecessors committed (see
     /// `Deadlines::settles_at`), so the lease table's remaining TTLs can start deadlines.
     fn settled(d: &Deadlines, m: &Member) -> bool {
-        m.raft.metrics().borrow().last_applied.map_or(0, |l| l.index) >= d.settles_at
+        m.raft_status().applied_index >= d.settles_at
     }
 
     /// Renews a lease (a keep-alive); returns its granted TTL, and whether a checkpointed
     /// remaining TTL must now be cleared through Raft (before the renewal is acknowledged: a new
     /// leader would otherwise start the lease from the stale, shorter remaining time).
-    pub fn renew(&self, m: &Arc<Member>, id: i64) -> Result<(i64, bool)> {
+    fn renew(&self, m: &Member, id: i64) -> Result<(i64, bool)> {
         let mut d = self.sync_role(m);
         if d.term.is_none() {
-            return Err(if m.raft.metrics().borrow().current_leader.is_some() {
-                Error::NotLeader
-            } else {
-                Error::NoLeader
-            });
+            return Err(if m.raft_status().leader.is_some() { Error::NotLeader } else { Error::NoLeader });
         }
-        let record = m.mvcc.read().leases().get(id).map(|l| l.record).ok_or(Error::LeaseNotFound)?;
+        let record = m.read().leases().get(id).map(|l| l.record).ok_or(Error::LeaseNotFound)?;
         let now = Instant::now();
         if d.expiry.get(&id).is_some_and(|e| *e <= now) {
             // Expired; its revoke is on the way.
@@ -151,13 +144,13 @@ impl Lessor {
     }
 
     /// Clears a lease's checkpointed remaining TTL (after a renewal) through Raft.
-    pub async fn clear_checkpoint(m: &Member, id: i64) -> Result<()> {
+    async fn clear_checkpoint(m: &Member, id: i64) -> Result<()> {
         let cp = LeaseCheckpointRequest { checkpoints: vec![LeaseCheckpoint { id, remaining_ttl: 0 }] };
         m.write(Command::LeaseCheckpoint(Proto(cp))).await.map(|_| ())
     }
 
     /// A lease's remaining time as the leader counts it; None if this member is not the leader.
-    pub fn remaining(&self, m: &Member, id: i64, record: &LeaseRecord) -> Option<Duration> {
+    fn remaining(&self, m: &Member, id: i64, record: &LeaseRecord) -> Option<Duration> {
         let mut d = self.sync_role(m);
         d.term?;
         if !d.expiry.contains_key(&id) && !Self::settled(&d, m) {
@@ -169,7 +162,7 @@ impl Lessor {
     }
 
     /// Starts a new lease's timer (after its grant was applied).
-    pub fn granted(&self, m: &Member, id: i64, ttl: i64) {
+    fn granted(&self, m: &Member, id: i64, ttl: i64) {
         let mut d = self.sync_role(m);
         if d.term.is_some() {
             d.expiry.insert(id, Instant::now() + Duration::from_secs(ttl.max(0) as u64));
@@ -201,7 +194,7 @@ impl Lessor {
             tokio::spawn(async move {
                 let revoke = Proto(LeaseRevokeRequest { id });
                 let _ = m.propose_as_leader(Command::LeaseExpire { term, revoke }).await;
-                m.lessor.deadlines.lock().revoking.remove(&id);
+                m.lessor().deadlines.lock().revoking.remove(&id);
             });
         }
     }
@@ -240,11 +233,95 @@ impl Lessor {
         loop {
             tick.tick().await;
             let Some(m) = member.upgrade() else { return };
-            m.lessor.expire(&m);
+            m.lessor().expire(&m);
             if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
                 last_checkpoint = Instant::now();
-                m.lessor.checkpoint(&m).await;
+                m.lessor().checkpoint(&m).await;
             }
         }
     }
+}
+
+/// Grants a lease through Raft (etcd's LeaseGrant): the TTL raised to the minimum and the id
+/// chosen here, carried in the entry, so every member grants the same lease; the leader starts
+/// its timer once it is applied.
+pub async fn grant(m: &Member, mut g: LeaseGrantRequest) -> Result<LeaseGrantResponse> {
+    if g.ttl > MAX_TTL {
+        return Err(Error::LeaseTtlTooLarge);
+    }
+    let lessor = m.lessor();
+    g.ttl = g.ttl.max(lessor.min_ttl);
+    if g.id == 0 {
+        g.id = lessor.new_id(|id| m.read().leases().exists(id));
+    }
+    match m.write(Command::LeaseGrant(Proto(g))).await? {
+        Reply::LeaseGrant(Proto(resp)) => {
+            lessor.granted(m, resp.id, resp.ttl);
+            Ok(resp)
+        }
+        _ => Err(Error::Io("unexpected reply to LeaseGrant".into())),
+    }
+}
+
+/// Renews a lease on the leader (a keep-alive, asked of the leader from a follower); returns its
+/// granted TTL.
+pub async fn keep_alive(m: &Member, id: i64) -> Result<i64> {
+    let answer = |r| match r {
+        ForwardReply::KeepAlive(r) => Some(r),
+        _ => None,
+    };
+    ask_leader(m, || renew_here(m, id), Forwarded::KeepAlive(id), answer).await
+}
+
+/// A lease's remaining time on the leader, in whole seconds; None if it does not exist.
+pub async fn remaining(m: &Member, id: i64) -> Result<Option<u64>> {
+    let answer = |r| match r {
+        ForwardReply::Remaining(r) => Some(r),
+        _ => None,
+    };
+    ask_leader(m, || async move { remaining_here(m, id) }, Forwarded::Remaining(id), answer).await
+}
+
+/// Runs a lease request that only the leader can answer (`not leader` here otherwise) here or
+/// on the leader; asking again is harmless.
+async fn ask_leader<T, F>(
+    m: &Member,
+    here: impl Fn() -> F,
+    ask: Forwarded,
+    answer: impl Fn(ForwardReply) -> Option<Result<T>>,
+) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    let here = || {
+        let tried = here();
+        async move {
+            match tried.await {
+                Err(Error::NotLeader | Error::NoLeader) if !m.is_leader() => Try::Leader(m.leader_url()),
+                Err(Error::NotLeader | Error::NoLeader) => Try::Again,
+                r => Try::Answer(r),
+            }
+        }
+    };
+    m.within_deadline(m.on_leader(here, ask, Resend::Harmless, answer)).await
+}
+
+/// Renews a lease here, once a quorum has confirmed that this member still leads (as etcd
+/// does since etcd-io/etcd#15247): a leader cut off from the others would otherwise extend a
+/// lease that the real leader lets expire, and the client would count on time it does not
+/// have.
+pub async fn renew_here(m: &Member, id: i64) -> Result<i64> {
+    m.confirm_leadership().await?;
+    let (ttl, stale_checkpoint) = m.lessor().renew(m, id)?;
+    if stale_checkpoint {
+        Lessor::clear_checkpoint(m, id).await?;
+    }
+    Ok(ttl)
+}
+
+/// A lease's remaining time as this member, the leader, counts it (`not leader` otherwise);
+/// None if the lease does not exist.
+pub fn remaining_here(m: &Member, id: i64) -> Result<Option<u64>> {
+    let Some(record) = m.read().leases().get(id).map(|l| l.record) else { return Ok(None) };
+    m.lessor().remaining(m, id, &record).map(|left| Some(left.as_secs())).ok_or(Error::NotLeader)
 }

@@ -5,7 +5,7 @@
 //! the gRPC and HTTP edge, the only place that maps errors to etcd's codes and messages;
 //! [`watch`] the watch hub fed by apply; [`lessor`] the leader's lease timers; [`config`] etcd's
 //! flags; [`membership`] the Cluster service's view of Raft membership; [`node`] puts a member
-//! together.
+//! together behind a small API.
 //!
 //! Durability: a write is acknowledged once its Raft entry is synced on a quorum and applied on
 //! the member that answers. Applied batches are written unsynced; the synced Raft log is the
@@ -17,8 +17,11 @@
 //!    snapshot install around their MVCC write.
 //! 2. The watch hub's lock, or the lessor's deadlines (never both at once): each may read MVCC.
 //! 3. The MVCC state lock: exclusive for an applied batch ([`mvcc::Mvcc::apply`]) or an
-//!    installed snapshot ([`mvcc::Mvcc::replace`]), shared for reads, dumps and hashes. Apply
-//!    publishes to the hub only after it released this lock.
+//!    installed snapshot ([`mvcc::Mvcc::replace`]), shared for reads. Apply publishes to the
+//!    hub only after it released this lock. Whole-store reads hold it only to take an engine
+//!    snapshot (and a Range to walk the index, a piece at a time): they read the engine
+//!    snapshot after releasing it, as do Hash, Maintenance.Snapshot and Raft snapshot builds,
+//!    which need no lock at all (every applied batch is one atomic engine write).
 //! 4. Leaves, which take no other lock: the auth token table (taken under MVCC by Authenticate's
 //!    apply and by token checks), the engines' own locks and the sync thread's queue, the
 //!    proposal queue, ReadIndex rounds, the state machine's stored snapshot, peer channels, the

@@ -114,6 +114,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = Vec::new();
+    // Every client and metrics listener counts into the same gRPC counters.
+    let edge = server::Edge::new(member.clone());
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -123,15 +125,16 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         let side = https.then(|| side.as_ref().expect("https URLs were checked to have a certificate"));
         let listener = Incoming::new(tokio::net::TcpListener::bind(addr).await?, side)?;
         let (shutdown, m) = (stopped(stop_rx.clone()), member.clone());
+        let edge = edge.clone();
         let scheme = if side.is_some() { "https" } else { "http" };
         tracing::info!(%addr, scheme, "serving {kind:?} traffic");
         servers.push(match kind {
-            Listener::Client => tokio::spawn(server::serve(m, listener, shutdown)),
+            Listener::Client => tokio::spawn(server::serve(edge, listener, shutdown)),
             Listener::Peer => tokio::spawn(server::serve_with(listener, server::peer_router(m), shutdown)),
-            Listener::Metrics => tokio::spawn(server::serve_with(listener, server::metrics_router(m), shutdown)),
+            Listener::Metrics => tokio::spawn(server::serve_with(listener, server::metrics_router(edge), shutdown)),
         });
     }
-    tracing::info!(name = %cfg.name, id = %format!("{:x}", member.id), cluster = %format!("{:x}", member.cluster_id), "keel member started");
+    tracing::info!(name = %cfg.name, id = %format!("{:x}", member.id()), cluster = %format!("{:x}", member.cluster_id()), "keel member started");
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

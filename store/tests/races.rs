@@ -82,18 +82,18 @@ async fn snapshots_installs_and_cancelled_writes_under_load() {
         }
     };
     wait_writes(300).await;
-    let gone = c.nodes[follower].member().raft.metrics().borrow().last_log_index.unwrap_or(0);
+    let gone = c.nodes[follower].member().raft_status().last_log_index;
     c.stop_node(follower).await;
     {
         let deadline = tokio::time::Instant::now() + DEADLINE;
-        let purged = || c.nodes[leader].member().raft.metrics().borrow().purged.map_or(0, |l| l.index);
+        let purged = || c.nodes[leader].member().raft_status().purged_index;
         while purged() <= gone {
             assert!(tokio::time::Instant::now() < deadline, "the leader did not purge past {gone}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     let restarted = c.start_node(follower).await;
-    let target = c.nodes[leader].member().mvcc.current_rev();
+    let target = c.nodes[leader].member().current_rev();
 
     // Readers on the restarted member while it catches up (through a snapshot: its log is gone).
     // They stop when the test ends, however it ends.
@@ -113,7 +113,7 @@ async fn snapshots_installs_and_cancelled_writes_under_load() {
                     RangeRequest { key: vec![0].into(), range_end: vec![0].into(), limit: 100, ..Default::default() };
                 let mut reads = 0u64;
                 while reading.load(Ordering::Relaxed) {
-                    let view = m.mvcc.read();
+                    let view = m.read();
                     let r = kv::range(&view, &first).expect("a range on the member catching up");
                     assert_eq!(r.kvs.len() as i64, r.count.min(100));
                     if reads.is_multiple_of(50) {
@@ -130,8 +130,8 @@ async fn snapshots_installs_and_cancelled_writes_under_load() {
         .collect();
     {
         let deadline = tokio::time::Instant::now() + DEADLINE;
-        while restarted.mvcc.current_rev() < target {
-            let at = restarted.mvcc.current_rev();
+        while restarted.current_rev() < target {
+            let at = restarted.current_rev();
             assert!(tokio::time::Instant::now() < deadline, "the restarted member is at revision {at} of {target}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -159,12 +159,12 @@ async fn snapshots_installs_and_cancelled_writes_under_load() {
 
     let rev = c.converged().await;
     let members = c.members();
-    let hashes: Vec<u32> = members.iter().map(|m| m.mvcc.read().hash_kv(rev).expect("hash")).collect();
+    let hashes: Vec<u32> = members.iter().map(|m| m.read().hash_kv(rev).expect("hash")).collect();
     assert!(hashes.windows(2).all(|w| w[0] == w[1]), "HashKV at {rev} differs: {hashes:?}");
     let acked = acked.lock().clone();
     for m in &members {
         for (key, i) in &acked {
-            assert_eq!(value(m, key), Some(i.to_string().into_bytes()), "{key} on member {:x}", m.id);
+            assert_eq!(value(m, key), Some(i.to_string().into_bytes()), "{key} on member {:x}", m.id());
         }
     }
     c.stop().await;
@@ -176,7 +176,7 @@ async fn snapshots_installs_and_cancelled_writes_under_load() {
 async fn a_cancelled_move_leader_releases_the_hold() {
     let c = Cluster::start(3, &[]).await;
     let leader = c.nodes[c.leader().await].member().clone();
-    let target = c.members().iter().find(|m| m.id != leader.id).expect("a follower").id;
+    let target = c.members().iter().find(|m| m.id() != leader.id()).expect("a follower").id();
     {
         let transfer = leader.move_leader(target);
         tokio::pin!(transfer);

@@ -1,6 +1,7 @@
 //! An in-memory engine that models a disk: writes land in `live`; `sync` makes everything written
 //! so far durable; [`MemEngine::crash`] throws away what was never synced. Clones share state, so
-//! a simulated member can "restart" on the same disk.
+//! a simulated member can "restart" on the same disk. The live map is shared with the snapshots
+//! taken of it and copied by the first write after one (copy on write).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Batch, BatchOp, Engine, Pair};
+use super::{Batch, BatchOp, Engine, Pair, Reads};
 use crate::error::Result;
 use crate::mvcc::keys;
 
@@ -16,7 +17,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Default)]
 struct State {
-    live: Map,
+    live: Arc<Map>,
     durable: Map,
     /// Batches written without sync since the last sync, in order.
     pending: Vec<Batch>,
@@ -69,13 +70,44 @@ impl MemEngine {
     pub fn crash(&self) {
         let mut st = self.state.lock();
         st.pending.clear();
-        st.live = st.durable.clone();
+        st.live = Arc::new(st.durable.clone());
+    }
+}
+
+/// A snapshot of the in-memory engine: the live map as it was.
+struct MemSnapshot(Arc<Map>);
+
+impl Reads for MemSnapshot {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.0.get(key).cloned())
+    }
+
+    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        if start < end {
+            for (k, v) in self.0.range::<[u8], _>(bounds(start, end)) {
+                if !f(k, v) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Reads for MemEngine {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.state.lock().live.get(key).cloned())
+    }
+
+    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        // From a snapshot, so `f` may write to this engine.
+        self.snapshot().for_each(start, end, f)
     }
 }
 
 impl Engine for MemEngine {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.state.lock().live.get(key).cloned())
+    fn snapshot(&self) -> Box<dyn Reads + '_> {
+        Box::new(MemSnapshot(self.state.lock().live.clone()))
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>> {
@@ -84,15 +116,6 @@ impl Engine for MemEngine {
         }
         let st = self.state.lock();
         Ok(st.live.range::<[u8], _>(bounds(start, end)).map(|(k, v)| (k.clone(), v.clone())).collect())
-    }
-
-    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        for (k, v) in self.scan(start, end)? {
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(())
     }
 
     fn last(&self, start: &[u8], end: &[u8]) -> Result<Option<Pair>> {
@@ -105,7 +128,7 @@ impl Engine for MemEngine {
 
     fn write(&self, batch: Batch, sync: bool) -> Result<()> {
         let mut st = self.state.lock();
-        apply(&mut st.live, &batch);
+        apply(Arc::make_mut(&mut st.live), &batch);
         st.pending.push(batch);
         if sync {
             st.make_durable();
@@ -168,5 +191,28 @@ mod tests {
         assert_eq!(keys, vec![b"a".to_vec(), b"d".to_vec()]);
         assert_eq!(e.last(b"a", b"d").unwrap().unwrap().0, b"a".to_vec());
         assert_eq!(e.last(b"e", b"z").unwrap(), None);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_what_it_saw() {
+        let e = MemEngine::new();
+        let put = |k: &[u8], v: &[u8]| {
+            let mut b = Batch::default();
+            b.put(k.to_vec(), v.to_vec());
+            e.write(b, false).unwrap();
+        };
+        put(b"a", b"1");
+        let snap = e.snapshot();
+        put(b"a", b"2");
+        put(b"b", b"3");
+        assert_eq!(snap.get(b"a").unwrap(), Some(b"1".to_vec()));
+        let mut seen = Vec::new();
+        snap.for_each(b"a", b"z", &mut |k, v| {
+            seen.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, vec![(b"a".to_vec(), b"1".to_vec())]);
+        assert_eq!(e.get(b"a").unwrap(), Some(b"2".to_vec()));
     }
 }

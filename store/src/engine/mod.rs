@@ -54,14 +54,23 @@ impl Batch {
     }
 }
 
-/// An ordered, durable key-value engine.
-pub trait Engine: Send + Sync + 'static {
+/// Point reads and ordered scans: of an engine's current state, or of a point-in-time
+/// [`Engine::snapshot`].
+pub trait Reads: Send + Sync {
     /// The value stored at `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Every pair with `start <= key < end`, ascending, read from one consistent view.
-    fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>>;
     /// Calls `f` on every pair with `start <= key < end`, ascending, until it returns false.
     fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
+}
+
+/// An ordered, durable key-value engine.
+pub trait Engine: Reads + 'static {
+    /// A point-in-time view: every write made before it was taken, none made after. Reading it
+    /// takes no lock a writer waits for, and writes go on while it is held (RocksDB keeps the
+    /// versions it needs; the in-memory engine copies its map on the next write).
+    fn snapshot(&self) -> Box<dyn Reads + '_>;
+    /// Every pair with `start <= key < end`, ascending, read from one consistent view.
+    fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>>;
     /// The last pair with `start <= key < end`.
     fn last(&self, start: &[u8], end: &[u8]) -> Result<Option<Pair>>;
     /// Applies `batch` atomically; with `sync`, returns only once it is durable.

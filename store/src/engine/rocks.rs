@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rocksdb::{ColumnFamily, Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB};
 
-use super::{Batch, BatchOp, Engine, Pair};
+use super::{Batch, BatchOp, Engine, Pair, Reads};
 use crate::error::Result;
 use crate::mvcc::keys;
 
@@ -58,9 +58,57 @@ impl RocksEngine {
     }
 }
 
-impl Engine for RocksEngine {
+/// A RocksDB snapshot: reads through it see the sequence number it was taken at.
+struct RocksSnapshot<'a> {
+    engine: &'a RocksEngine,
+    snapshot: rocksdb::Snapshot<'a>,
+}
+
+impl Reads for RocksSnapshot<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.snapshot.get_cf(self.engine.cf(key), key)?)
+    }
+
+    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let mode = IteratorMode::From(start, Direction::Forward);
+        visit(self.snapshot.iterator_cf_opt(self.engine.cf(start), RocksEngine::bounded(start, end), mode), f)
+    }
+}
+
+/// Calls `f` on every pair `it` yields until it returns false.
+fn visit<'a>(
+    it: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<()> {
+    for item in it {
+        let (k, v) = item?;
+        if !f(&k, &v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+impl Reads for RocksEngine {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get_cf(self.cf(key), key)?)
+    }
+
+    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let mode = IteratorMode::From(start, Direction::Forward);
+        visit(self.db.iterator_cf_opt(self.cf(start), Self::bounded(start, end), mode), f)
+    }
+}
+
+impl Engine for RocksEngine {
+    fn snapshot(&self) -> Box<dyn Reads + '_> {
+        Box::new(RocksSnapshot { engine: self, snapshot: self.db.snapshot() })
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>> {
@@ -70,24 +118,6 @@ impl Engine for RocksEngine {
             true
         })?;
         Ok(out)
-    }
-
-    fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        if start >= end {
-            return Ok(());
-        }
-        let it = self.db.iterator_cf_opt(
-            self.cf(start),
-            Self::bounded(start, end),
-            IteratorMode::From(start, Direction::Forward),
-        );
-        for item in it {
-            let (k, v) = item?;
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(())
     }
 
     fn last(&self, start: &[u8], end: &[u8]) -> Result<Option<Pair>> {

@@ -15,6 +15,7 @@ use keel_proto::etcdserverpb::{
 };
 use keel_proto::mvccpb::KeyValue;
 
+use super::keys::Rev;
 use super::{ApplyBatch, TxnWrite, View};
 use crate::error::{Error, Result};
 
@@ -31,52 +32,111 @@ pub(crate) fn header(rev: i64) -> Option<ResponseHeader> {
     Some(ResponseHeader { revision: rev, ..Default::default() })
 }
 
-/// The raw MVCC range: live keys in the range at `rev` (0 = the view's), at most `limit` values
-/// (0 = all), and the total count. Returns (kvs, count).
-fn range_keys(
-    v: &impl View,
-    key: &[u8],
-    end: Option<&[u8]>,
-    rev: i64,
-    limit: i64,
-    count_only: bool,
-) -> Result<(Vec<KeyValue>, i64)> {
+/// What a Range found in the index, before any value is loaded: the revisions to load (up to
+/// the limit it fetches), the count of all matches, and the revision it read at. The index can
+/// be walked a piece at a time ([`Planned::visit`]), each piece under its own view.
+pub struct Planned {
+    revs: Vec<Rev>,
+    /// Most revisions kept (the rest are only counted).
+    take: usize,
+    count: i64,
+    /// The revision the range reads at, and the one its header reports.
+    at: i64,
+    header_rev: i64,
+    /// The key to go on from, until the range is walked.
+    resume: Option<Vec<u8>>,
+}
+
+/// Checks a Range against the view's revisions as etcd's applier does; nothing found yet.
+pub fn plan(v: &impl View, r: &RangeRequest) -> Result<Planned> {
+    let order = SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
+    SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
     let cur = v.rev();
-    if rev > cur {
+    if r.revision > cur {
         return Err(Error::FutureRev);
     }
-    let at = if rev <= 0 { cur } else { rev };
+    let at = if r.revision <= 0 { cur } else { r.revision };
     if at < v.compact_rev() {
         return Err(Error::Compacted);
     }
-    let mut found = Vec::new();
-    v.index().visit(key, end, at, |_, f| {
-        found.push(f.modified);
-        true
-    });
-    let count = found.len() as i64;
-    if count_only {
-        return Ok((Vec::new(), count));
-    }
-    let take = if limit <= 0 { found.len() } else { found.len().min(limit as usize) };
-    let kvs = found[..take].iter().map(|r| v.load(*r)).collect::<Result<Vec<_>>>()?;
-    Ok((kvs, count))
-}
-
-/// Range as etcd's applier answers it: filters, sort, limit with `more`, `count` of all matches.
-pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
-    let order = SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
-    let target = SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
-    let filtered =
-        r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0;
     let mut limit = r.limit;
-    if order != SortOrder::None || filtered {
+    if order != SortOrder::None || filtered(r) {
         limit = 0; // fetch everything; sort and truncate afterwards
     }
     if limit > 0 {
         limit = limit.saturating_add(1); // one extra tells `more` (etcd wraps, then takes all)
     }
-    let (mut kvs, count) = range_keys(v, &r.key, range_end(&r.range_end), r.revision, limit, r.count_only)?;
+    let take = if r.count_only {
+        0
+    } else if limit <= 0 {
+        usize::MAX
+    } else {
+        usize::try_from(limit).unwrap_or(usize::MAX)
+    };
+    Ok(Planned { revs: Vec::new(), take, count: 0, at, header_rev: cur, resume: Some(r.key.to_vec()) })
+}
+
+impl Planned {
+    /// Walks up to `keys` more live keys of the range in `v`: the view it was planned in or a
+    /// later one (keys written since are not live at its revision; a compaction past its
+    /// revision is `Compacted`). Returns whether keys are left.
+    pub fn visit(&mut self, v: &impl View, r: &RangeRequest, keys: usize) -> Result<bool> {
+        if self.at < v.compact_rev() {
+            return Err(Error::Compacted);
+        }
+        let Some(from) = self.resume.take() else { return Ok(false) };
+        let mut n = 0;
+        v.index().visit(&from, range_end(&r.range_end), self.at, |k, f| {
+            if n == keys {
+                self.resume = Some(k.to_vec());
+                return false;
+            }
+            n += 1;
+            self.count += 1;
+            if self.revs.len() < self.take {
+                self.revs.push(f.modified);
+            }
+            true
+        });
+        Ok(self.resume.is_some())
+    }
+}
+
+/// The index half of Range, in one walk (see [`range`]).
+pub fn find(v: &impl View, r: &RangeRequest) -> Result<Planned> {
+    let mut planned = plan(v, r)?;
+    planned.visit(v, r, usize::MAX)?;
+    Ok(planned)
+}
+
+/// Every live key in the range at the view's revision, with its value.
+fn live(v: &impl View, key: &[u8], end: Option<&[u8]>) -> Result<Vec<KeyValue>> {
+    let mut kvs = Vec::new();
+    let mut failed = None;
+    v.index().visit(key, end, v.rev(), |_, f| match v.load(f.modified) {
+        Ok(kv) => {
+            kvs.push(kv);
+            true
+        }
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    });
+    failed.map_or(Ok(kvs), Err)
+}
+
+fn filtered(r: &RangeRequest) -> bool {
+    r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0
+}
+
+/// The value half of Range: loads what [`find`] found through `load`, then filters, sorts,
+/// limits (with `more`) as etcd's applier does.
+pub fn load(found: Planned, r: &RangeRequest, load: impl Fn(Rev) -> Result<KeyValue>) -> Result<RangeResponse> {
+    let Planned { revs, count, header_rev, .. } = found;
+    let mut kvs = revs.into_iter().map(load).collect::<Result<Vec<_>>>()?;
+    let order = SortOrder::try_from(r.sort_order).map_err(|_| Error::InvalidSortOption)?;
+    let target = SortTarget::try_from(r.sort_target).map_err(|_| Error::InvalidSortOption)?;
     if r.max_mod_revision != 0 {
         kvs.retain(|kv| kv.mod_revision <= r.max_mod_revision);
     }
@@ -115,7 +175,13 @@ pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
             kv.value = Bytes::new();
         }
     }
-    Ok(RangeResponse { header: header(v.rev()), kvs, more, count })
+    Ok(RangeResponse { header: header(header_rev), kvs, more, count })
+}
+
+/// Range as etcd's applier answers it: filters, sort, limit with `more`, `count` of all matches;
+/// values loaded from the view itself (see `Mvcc::range` for the read path's, outside the lock).
+pub fn range(v: &impl View, r: &RangeRequest) -> Result<RangeResponse> {
+    load(find(v, r)?, r, |rev| v.load(rev))
 }
 
 /// Checks a Put against the state before the write: the previous value must exist for
@@ -154,7 +220,7 @@ fn put_op(tw: &mut TxnWrite, p: &PutRequest) -> Result<PutResponse> {
 
 fn delete_op(tw: &mut TxnWrite, d: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
     let end = range_end(&d.range_end);
-    let prev_kvs = if d.prev_kv { range_keys(tw, &d.key, end, 0, 0, false)?.0 } else { Vec::new() };
+    let prev_kvs = if d.prev_kv { live(tw, &d.key, end)? } else { Vec::new() };
     let deleted = tw.delete_range(&d.key, end)?;
     // The new revision if this txn changed anything so far, else the current one (as etcd).
     Ok(DeleteRangeResponse { header: header(tw.rev()), deleted, prev_kvs })
@@ -218,7 +284,7 @@ fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
 }
 
 fn apply_compare(v: &impl View, c: &Compare) -> bool {
-    let Ok((kvs, _)) = range_keys(v, &c.key, range_end(&c.range_end), 0, 0, false) else {
+    let Ok(kvs) = live(v, &c.key, range_end(&c.range_end)) else {
         return false;
     };
     if kvs.is_empty() {

@@ -11,9 +11,11 @@
 //! Concurrency: [`Mvcc::read`] takes the state lock shared; [`Mvcc::apply`] takes it exclusively
 //! for a whole applied batch, including the engine write, and [`Mvcc::replace`] for a whole
 //! snapshot install, so a reader sees the index and the engine rows of the same applied state,
-//! never a revision whose batch is not yet in the engine. An applied batch is written without
-//! sync: the Raft log is the durable record, replayed after a crash. Where this lock stands
-//! among the store's others: the crate's docs (`lib.rs`).
+//! never a revision whose batch is not yet in the engine. The read path's whole-store reads
+//! ([`Mvcc::range`], [`Mvcc::hash_kv`]) hold it only to walk the index and take an engine
+//! snapshot, and read values from that snapshot once it is released. An applied batch is
+//! written without sync: the Raft log is the durable record, replayed after a crash. Where this
+//! lock stands among the store's others: the crate's docs (`lib.rs`).
 
 pub mod index;
 pub mod keys;
@@ -29,7 +31,7 @@ use keel_proto::mvccpb::{event::EventType, Event, KeyValue};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use prost::Message;
 
-use crate::engine::{Batch, Engine};
+use crate::engine::{Batch, Engine, Reads};
 use crate::error::{Error, Result};
 use index::Index;
 use keel_auth::AuthState;
@@ -49,6 +51,9 @@ struct State {
     /// The compacted revision; -1 before the first compaction (as etcd).
     compact_rev: i64,
 }
+
+/// Keys of a Range walked in the index per hold of the state lock ([`Mvcc::range`]).
+pub const RANGE_PIECE: usize = 10_000;
 
 /// The MVCC store. Share it behind an `Arc`.
 pub struct Mvcc {
@@ -74,6 +79,11 @@ pub struct Revision {
     pub rev: i64,
     pub events: Vec<Event>,
     pub prev_known: bool,
+}
+
+/// The stored value of a live revision, read from `r` (the engine, or a snapshot of it).
+fn load_from(r: &dyn Reads, rev: Rev) -> Result<KeyValue> {
+    decode_kv(rev, r.get(&keys::rev_key(rev, false))?)
 }
 
 fn decode_kv(rev: Rev, bytes: Option<Vec<u8>>) -> Result<KeyValue> {
@@ -121,6 +131,44 @@ impl Mvcc {
 
     pub fn engine(&self) -> &Arc<dyn Engine> {
         &self.engine
+    }
+
+    /// etcd's HashKV (see [`ReadView::hash_kv`]), read from an engine snapshot taken under the
+    /// state lock: applies go on while the history is hashed.
+    pub fn hash_kv(&self, rev: i64) -> Result<HashKv> {
+        let (at, compact_rev, current, snapshot) = {
+            let v = self.read();
+            (v.hash_kv_at(rev)?, v.compact_rev(), v.rev(), v.engine_snapshot())
+        };
+        Ok(HashKv { hash: hash_history(&*snapshot, at)?, compact_rev, rev: current })
+    }
+
+    /// Range as [`kv::range`] answers it, holding the state lock only to walk the index, a
+    /// [`RANGE_PIECE`] of keys at a time: the values are loaded afterwards from an engine
+    /// snapshot taken with the first piece, while applies go on.
+    pub fn range(&self, r: &keel_proto::etcdserverpb::RangeRequest) -> Result<keel_proto::etcdserverpb::RangeResponse> {
+        self.range_in_pieces(r, RANGE_PIECE, &mut || {})
+    }
+
+    /// [`Mvcc::range`] with pieces of `piece` keys, calling `between` between them (tests apply
+    /// writes there).
+    fn range_in_pieces(
+        &self,
+        r: &keel_proto::etcdserverpb::RangeRequest,
+        piece: usize,
+        between: &mut dyn FnMut(),
+    ) -> Result<keel_proto::etcdserverpb::RangeResponse> {
+        let (mut planned, snapshot, mut more) = {
+            let v = self.read();
+            let mut planned = kv::plan(&v, r)?;
+            let more = planned.visit(&v, r, piece)?;
+            (planned, v.engine_snapshot(), more)
+        };
+        while more {
+            between();
+            more = planned.visit(&self.read(), r, piece)?;
+        }
+        kv::load(planned, r, |rev| load_from(&*snapshot, rev))
     }
 
     /// Replaces every state-machine pair with `pairs` (a snapshot being installed; a later pair
@@ -225,10 +273,18 @@ impl View for ReadView<'_> {
         self.state.compact_rev
     }
     fn load(&self, rev: Rev) -> Result<KeyValue> {
-        decode_kv(rev, self.engine.get(&keys::rev_key(rev, false))?)
+        load_from(self.engine, rev)
     }
     fn leases(&self) -> &LeaseTable {
         &self.state.leases
+    }
+}
+
+impl<'a> ReadView<'a> {
+    /// A point-in-time view of the engine that matches this view (no apply can interleave while
+    /// the view holds the state lock); it stays valid after the view, and its lock, are gone.
+    pub fn engine_snapshot(&self) -> Box<dyn Reads + 'a> {
+        self.engine.snapshot()
     }
 }
 
@@ -242,6 +298,24 @@ impl ReadView<'_> {
     pub fn auth(&self) -> &AuthState {
         &self.state.auth
     }
+}
+
+/// The checksum of the history up to revision `at`, as stored.
+fn hash_history(r: &dyn Reads, at: i64) -> Result<u32> {
+    let mut crc = 0;
+    r.for_each(&keys::rev_key_from(0), &keys::rev_key_from(at + 1), &mut |k, v| {
+        crc = crc32c(crc32c(crc, k), v);
+        true
+    })?;
+    Ok(crc)
+}
+
+/// What HashKV answers: the hash, and the compacted and current revisions it was taken at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashKv {
+    pub hash: u32,
+    pub compact_rev: i64,
+    pub rev: i64,
 }
 
 /// CRC-32C (Castagnoli), the checksum etcd's HashKV uses; bitwise, table-free.
@@ -261,6 +335,11 @@ impl ReadView<'_> {
     /// as stored, so members at the same revision agree exactly. The value differs from etcd's
     /// (its storage encoding differs); only agreement between keel members is meaningful.
     pub fn hash_kv(&self, rev: i64) -> Result<u32> {
+        hash_history(self.engine, self.hash_kv_at(rev)?)
+    }
+
+    /// The revision `hash_kv(rev)` hashes up to, or why it cannot.
+    fn hash_kv_at(&self, rev: i64) -> Result<i64> {
         let at = if rev <= 0 { self.state.rev } else { rev };
         if at > self.state.rev {
             return Err(Error::FutureRev);
@@ -268,12 +347,7 @@ impl ReadView<'_> {
         if at < self.state.compact_rev {
             return Err(Error::Compacted);
         }
-        let mut crc = 0;
-        self.engine.for_each(&keys::rev_key_from(0), &keys::rev_key_from(at + 1), &mut |k, v| {
-            crc = crc32c(crc32c(crc, k), v);
-            true
-        })?;
-        Ok(crc)
+        Ok(at)
     }
 
     /// Visits the history from main revision `from` up to this view's revision, in revision
@@ -562,6 +636,79 @@ impl View for TxnWrite<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    use keel_proto::etcdserverpb::{CompactionRequest, DeleteRangeRequest, PutRequest, RangeRequest};
+
+    use super::*;
+    use crate::engine::MemEngine;
+
+    fn put(m: &Mvcc, key: &str, value: &str) {
+        let mut b = m.apply(false);
+        let p = PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: value.as_bytes().to_vec().into(),
+            ..Default::default()
+        };
+        kv::put(&mut b, &p).unwrap();
+        b.commit(false).unwrap();
+    }
+
+    #[test]
+    fn a_range_walked_in_pieces_answers_as_one_walk() {
+        let m = Mvcc::open(Arc::new(MemEngine::new())).unwrap();
+        for i in 0..25 {
+            put(&m, &format!("k{i:02}"), &format!("v{i}"));
+        }
+        let mut b = m.apply(false);
+        kv::delete_range(&mut b, &DeleteRangeRequest { key: b"k07".to_vec().into(), ..Default::default() }).unwrap();
+        b.commit(false).unwrap();
+        let all = |f: &dyn Fn(&mut RangeRequest)| {
+            let mut r =
+                RangeRequest { key: b"k".to_vec().into(), range_end: b"l".to_vec().into(), ..Default::default() };
+            f(&mut r);
+            r
+        };
+        let requests = [
+            all(&|_| {}),
+            all(&|r| r.limit = 4),
+            all(&|r| r.limit = 30),
+            all(&|r| r.revision = 10),
+            all(&|r| r.count_only = true),
+            all(&|r| r.sort_order = 2),
+            all(&|r| {
+                r.limit = 3;
+                r.min_mod_revision = 5
+            }),
+        ];
+        for r in &requests {
+            for piece in [1, 2, 7, 100] {
+                let whole = kv::range(&m.read(), r).unwrap();
+                let mut writes = 0;
+                let pieces = m.range_in_pieces(r, piece, &mut || {
+                    writes += 1;
+                    put(&m, &format!("k{:02}", writes % 30), "later");
+                });
+                let pieces = pieces.unwrap();
+                assert_eq!(
+                    (&pieces.kvs, pieces.count, pieces.more),
+                    (&whole.kvs, whole.count, whole.more),
+                    "{r:?} in pieces of {piece}"
+                );
+            }
+        }
+        // A compaction past the range's revision between two pieces: `Compacted`, as etcd answers
+        // a range at a compacted revision.
+        let at = m.current_rev();
+        let r = all(&|r| r.revision = at);
+        let compacted = m.range_in_pieces(&r, 5, &mut || {
+            put(&m, "k00", "again");
+            let mut b = m.apply(false);
+            let rev = b.current_rev();
+            kv::compact(&mut b, &CompactionRequest { revision: rev, ..Default::default() }).unwrap();
+            b.commit(false).unwrap();
+        });
+        assert!(matches!(compacted, Err(Error::Compacted)), "{compacted:?}");
+    }
+
     #[test]
     fn crc32c_check_value() {
         // The standard check value of CRC-32C.

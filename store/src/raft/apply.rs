@@ -24,6 +24,7 @@ use keel_proto::etcdserverpb::{
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::auth::{self, AuthCommand, AuthReply, Tokens};
+use crate::config::Limits;
 use crate::error::Error;
 use crate::mvcc::registry::{self, Attributes};
 use crate::mvcc::{kv, lease, ApplyBatch};
@@ -158,6 +159,15 @@ impl fmt::Display for Command {
             Command::LeaseExpire { .. } => f.write_str("lease_expire"),
         }
     }
+}
+
+/// Whether `cmd` needs space and a backend of `backend` bytes plus it would exceed `quota` (the
+/// edge then raises NOSPACE and refuses it). Its size is only worked out when the backend is
+/// within the largest message of the quota.
+pub fn exceeds_quota(cmd: &Command, backend: u64, quota: u64, limits: &Limits) -> bool {
+    needs_space(cmd)
+        && backend.saturating_add(limits.max_message_bytes() as u64) > quota
+        && backend.saturating_add(bincode::serialized_size(cmd).unwrap_or(0)) > quota
 }
 
 /// Whether a command needs space: refused while the NOSPACE alarm is raised (etcd's capped

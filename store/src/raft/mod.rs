@@ -16,10 +16,9 @@ pub mod log_store;
 pub mod network;
 pub mod proposals;
 pub mod runtime;
+pub mod snapshot_data;
 #[allow(clippy::result_large_err)]
 pub mod state_machine;
-
-use std::io::Cursor;
 
 pub use apply::{Applied, Command, Proto, Reply};
 
@@ -31,7 +30,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = snapshot_data::SnapshotData,
         AsyncRuntime = runtime::KeelRuntime,
 );
 

@@ -11,7 +11,6 @@
 //! (an engine error) is returned to openraft as a storage error, which stops the member rather
 //! than letting replicas diverge.
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
@@ -19,9 +18,10 @@ use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snaps
 use parking_lot::Mutex;
 
 use super::apply::{apply_command, is_deterministic, EntryContext};
+use super::snapshot_data::SnapshotData;
 use super::{io_err, Applied, LogId, Reply, StorageError, TypeConfig};
 use crate::auth::Tokens;
-use crate::engine::Pair;
+use crate::engine::{Pair, Reads};
 use crate::error::{Error, Result};
 use crate::mvcc::keys::meta::{APPLIED, MEMBERSHIP, REGISTRY};
 use crate::mvcc::{keys, Mvcc};
@@ -34,11 +34,12 @@ struct AppliedState {
     membership: Membership,
 }
 
-/// A snapshot: the state machine's keys (`keys::STATE_MACHINE` prefixes) at one applied log id.
+/// A snapshot: the state machine's keys (`keys::STATE_MACHINE` prefixes) at one applied log id,
+/// as one buffer that every reader of it shares.
 #[derive(Clone)]
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, openraft::BasicNode>,
-    data: Vec<u8>,
+    data: Arc<Vec<u8>>,
 }
 
 /// The state machine. Clones share state.
@@ -162,21 +163,47 @@ impl StateMachine {
         applied.membership = membership;
         Ok((replies, revisions))
     }
-
-    fn dump(&self) -> Result<Vec<Pair>> {
-        dump(&self.mvcc)
-    }
 }
 
-/// Every state-machine pair, read under the MVCC state lock so no apply interleaves.
-pub fn dump(mvcc: &Mvcc) -> Result<Vec<Pair>> {
-    let _view = mvcc.read();
-    let e = mvcc.engine();
-    let mut pairs = Vec::new();
+/// Calls `f` on every state-machine pair `r` holds, in key order, until it returns false.
+pub fn for_each_pair(r: &dyn Reads, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    let mut more = true;
     for p in keys::STATE_MACHINE {
-        pairs.extend(e.scan(&[p], &keys::prefix_end(p))?);
+        r.for_each(&[p], &keys::prefix_end(p), &mut |k, v| {
+            more = f(k, v);
+            more
+        })?;
+        if !more {
+            break;
+        }
     }
+    Ok(())
+}
+
+/// Every state-machine pair, from one engine snapshot (each applied batch is one atomic engine
+/// write, so the pairs are one applied state).
+pub fn dump(mvcc: &Mvcc) -> Result<Vec<Pair>> {
+    dump_of(&*mvcc.engine().snapshot())
+}
+
+/// Every state-machine pair `r` holds.
+pub fn dump_of(r: &dyn Reads) -> Result<Vec<Pair>> {
+    let mut pairs = Vec::new();
+    for_each_pair(r, &mut |k, v| {
+        pairs.push((k.to_vec(), v.to_vec()));
+        true
+    })?;
     Ok(pairs)
+}
+
+/// etcd's Hash (Maintenance.Hash): CRC-32C over every state-machine pair of `r`.
+pub fn hash(r: &dyn Reads) -> Result<u32> {
+    let mut crc = 0;
+    for_each_pair(r, &mut |k, v| {
+        crc = crate::mvcc::crc32c(crate::mvcc::crc32c(crc, k), v);
+        true
+    })?;
+    Ok(crc)
 }
 
 /// Whether a state-machine pair belongs in a restored new cluster: everything but this
@@ -186,27 +213,44 @@ pub fn restorable(key: &[u8]) -> bool {
     ![APPLIED, MEMBERSHIP, REGISTRY].iter().any(|n| key == keys::sm_meta(n).as_slice())
 }
 
-/// The applied log id and membership a dump of the state machine carries: they were written in
-/// the same engine batch as the data they describe, so they are the dump's own cut.
-fn cut_of(pairs: &[Pair]) -> Result<(Option<LogId>, Membership)> {
-    let meta = |name: &str| {
-        let key = keys::sm_meta(name);
-        pairs.binary_search_by(|(k, _)| k.as_slice().cmp(&key)).ok().map(|i| pairs[i].1.as_slice())
-    };
-    let last = meta(APPLIED).map(bincode::deserialize).transpose()?;
-    let membership = meta(MEMBERSHIP).map(bincode::deserialize).transpose()?.unwrap_or_default();
-    Ok((last, membership))
+/// The applied log id and membership an engine snapshot carries: they were written in the same
+/// engine batch as the data they describe, so they are the snapshot's own cut.
+fn cut_of(r: &dyn Reads) -> Result<(Option<LogId>, Membership)> {
+    let last = r.get(&keys::sm_meta(APPLIED))?.map(|b| bincode::deserialize(&b)).transpose()?;
+    let membership = r.get(&keys::sm_meta(MEMBERSHIP))?.map(|b| bincode::deserialize(&b)).transpose()?;
+    Ok((last, membership.unwrap_or_default()))
+}
+
+/// The state-machine pairs of `r` as one bincode `Vec<Pair>` (what `install_snapshot`
+/// decodes), written straight from the engine: no list of pairs is built first.
+fn encode_pairs(r: &dyn Reads) -> Result<Vec<u8>> {
+    // bincode's default encoding: a u64 LE count, then each byte string as a u64 LE length and
+    // its bytes. The count is patched in at the end.
+    let mut out = vec![0; 8];
+    let mut count = 0u64;
+    for_each_pair(r, &mut |k, v| {
+        for s in [k, v] {
+            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+        count += 1;
+        true
+    })?;
+    out[..8].copy_from_slice(&count.to_le_bytes());
+    Ok(out)
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     /// Runs beside `apply` (openraft builds snapshots in a task of their own): the data, the log
-    /// id and the membership all come from one dump, so they describe the same applied state
-    /// whatever was applied meanwhile.
+    /// id and the membership all come from one engine snapshot, so they describe the same
+    /// applied state whatever was applied meanwhile; applies are not held up while it is read.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let read_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Read);
-        let pairs = self.dump().map_err(read_err)?;
-        let (last, membership) = cut_of(&pairs).map_err(read_err)?;
-        let data = bincode::serialize(&pairs).expect("pairs serialize");
+        let (last, membership, data) = {
+            let snapshot = self.mvcc.engine().snapshot();
+            let (last, membership) = cut_of(&*snapshot).map_err(read_err)?;
+            (last, membership, Arc::new(encode_pairs(&*snapshot).map_err(read_err)?))
+        };
         let seq = {
             let mut s = self.snapshot_seq.lock();
             *s += 1;
@@ -218,7 +262,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id };
         *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data: data.clone() });
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::shared(data)) })
     }
 }
 
@@ -244,17 +288,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        Ok(Box::new(SnapshotData::receiving()))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
         let snap_err = |e: Error| io_err(e, ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write);
-        let data = snapshot.into_inner();
+        let data = snapshot.into_shared();
         tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "installing a snapshot from the leader");
         let mut pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
         // The snapshot's own applied id and membership win over whatever the data carried.
@@ -275,7 +319,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(self.snapshot.lock().clone().map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+        Ok(self
+            .snapshot
+            .lock()
+            .clone()
+            .map(|s| Snapshot { meta: s.meta, snapshot: Box::new(SnapshotData::shared(s.data)) }))
     }
 }
 
@@ -338,14 +386,14 @@ mod tests {
         let mut builder = sm.clone();
         while !applying.is_finished() {
             let snap = builder.build_snapshot().await.unwrap();
-            snapshots.push((snap.meta, snap.snapshot.into_inner()));
+            snapshots.push((snap.meta, snap.snapshot.into_shared()));
         }
         applying.await.unwrap();
         let leader = dump(sm.mvcc()).unwrap();
         assert!(snapshots.len() > 1, "no snapshot was built during the applies");
         for (meta, data) in snapshots.iter().step_by(snapshots.len() / 10 + 1) {
             let mut follower = memory_sm();
-            follower.install_snapshot(meta, Box::new(Cursor::new(data.clone()))).await.unwrap();
+            follower.install_snapshot(meta, Box::new(SnapshotData::shared(data.clone()))).await.unwrap();
             let from = meta.last_log_id.map(|l| l.index).unwrap_or(0);
             for i in from + 1..=ENTRIES {
                 follower.apply([entry(i, log[i as usize - 1].clone())]).await.unwrap();
@@ -381,8 +429,8 @@ mod tests {
         let rev = src.mvcc().current_rev();
         src.apply([next(Command::Compact(Proto(CompactionRequest { revision: rev, physical: true })))]).await.unwrap();
         let empty = src.build_snapshot().await.unwrap();
-        let (full_meta, full) = (full.meta, full.snapshot.into_inner());
-        let (empty_meta, empty) = (empty.meta, empty.snapshot.into_inner());
+        let (full_meta, full) = (full.meta, full.snapshot.into_shared());
+        let (empty_meta, empty) = (empty.meta, empty.snapshot.into_shared());
 
         let sm = memory_sm();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -398,6 +446,12 @@ mod tests {
                         assert!(r.count == 0 || r.count == 400, "a range saw {} keys", r.count);
                         assert_eq!(r.kvs.len() as i64, r.count);
                         view.hash_kv(0).expect("a hash during an install");
+                        drop(view);
+                        // The read path's range and hash, which read outside the state lock.
+                        let r = mvcc.range(&all).expect("a range during an install");
+                        assert!(r.count == 0 || r.count == 400, "a range saw {} keys", r.count);
+                        assert_eq!(r.kvs.len() as i64, r.count);
+                        mvcc.hash_kv(0).expect("a hash during an install");
                         reads += 1;
                     }
                     reads
@@ -407,7 +461,7 @@ mod tests {
         let mut installer = sm.clone();
         for round in 0..40 {
             let (meta, data) = if round % 2 == 0 { (&full_meta, &full) } else { (&empty_meta, &empty) };
-            installer.install_snapshot(meta, Box::new(Cursor::new(data.clone()))).await.unwrap();
+            installer.install_snapshot(meta, Box::new(SnapshotData::shared(data.clone()))).await.unwrap();
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for r in readers {
@@ -441,6 +495,24 @@ mod tests {
         assert_eq!((r.kvs.len(), r.count, r.more), (2, 2, false));
         let r = kv::range(&mvcc.read(), &range).unwrap();
         assert_eq!((r.kvs.len(), r.count, r.more), (2, 2, false));
+    }
+
+    #[test]
+    fn snapshot_data_is_the_bincode_of_the_pairs() {
+        let mvcc = Mvcc::open(Arc::new(MemEngine::new())).expect("open a memory store");
+        let tokens = Tokens::new(Duration::from_secs(300));
+        for i in 1..=20u64 {
+            let put = PutRequest {
+                key: format!("k{i}").into_bytes().into(),
+                value: vec![i as u8; i as usize].into(),
+                ..Default::default()
+            };
+            apply_at(&mvcc, &tokens, i, 1, Command::Put(Proto(put))).unwrap();
+        }
+        let pairs = dump(&mvcc).unwrap();
+        let data = encode_pairs(&*mvcc.engine().snapshot()).unwrap();
+        assert_eq!(data, bincode::serialize(&pairs).unwrap());
+        assert_eq!(bincode::deserialize::<Vec<Pair>>(&data).unwrap(), pairs);
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl AuthService {
 
     /// Proposes a management request for the caller the metadata names; returns its reply.
     async fn manage(&self, md: &MetadataMap, cmd: AuthCommand) -> Result<AuthReply, Status> {
-        auth_reply(self.member.write_for(md, Command::Auth(cmd)).await)
+        auth_reply(super::write_for(&self.member, md, Command::Auth(cmd)).await)
     }
 
     /// A management request whose answer is only a header.
@@ -56,7 +56,7 @@ impl AuthService {
 
     /// A bcrypt hash of `password` at the member's cost, made off the async threads.
     async fn hash(&self, password: String) -> Result<String, Status> {
-        let cost = self.member.bcrypt_cost;
+        let cost = self.member.bcrypt_cost();
         tokio::task::spawn_blocking(move || keel_auth::hash_password(&password, cost))
             .await
             .map_err(|e| status(Error::Io(e.to_string())))
@@ -97,7 +97,7 @@ impl Auth for AuthService {
     async fn auth_status(&self, _req: Request<AuthStatusRequest>) -> Result<Response<AuthStatusResponse>, Status> {
         self.member.linearize().await.map_err(status)?;
         let (enabled, auth_revision) = {
-            let view = self.member.mvcc.read();
+            let view = self.member.read();
             (view.auth().is_enabled(), view.auth().revision())
         };
         Ok(Response::new(AuthStatusResponse { header: self.header(), enabled, auth_revision }))
@@ -110,7 +110,7 @@ impl Auth for AuthService {
         let r = req.into_inner();
         self.member.linearize().await.map_err(status)?;
         loop {
-            let state = self.member.mvcc.read().auth().clone();
+            let state = self.member.read().auth().clone();
             let (name, password) = (r.name.clone(), r.password.clone());
             let checked = tokio::task::spawn_blocking(move || keel_auth::check_password(&state, &name, &password))
                 .await
@@ -121,7 +121,7 @@ impl Auth for AuthService {
             let AuthReply::Token(token) = auth_reply(self.member.write(cmd).await)? else {
                 return Err(unexpected("Authenticate"));
             };
-            if checked == self.member.mvcc.read().auth().revision() {
+            if checked == self.member.read().auth().revision() {
                 return Ok(Response::new(AuthenticateResponse { header: self.header(), token }));
             }
         }

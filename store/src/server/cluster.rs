@@ -27,7 +27,7 @@ impl ClusterService {
 
     /// A membership change, for a caller with the root role while auth is on.
     async fn change(&self, md: &MetadataMap, change: Change) -> Result<(Option<PbMember>, Vec<PbMember>), Status> {
-        self.member.check_admin(md).await.map_err(status)?;
+        super::check_admin(&self.member, md).await.map_err(status)?;
         let Changed { member, members } = self.member.change_membership(change).await.map_err(status)?;
         Ok((member.map(|m| m.to_proto()), protos(&members)))
     }

@@ -55,7 +55,7 @@ use super::cluster::ClusterService;
 use super::kv::KvService;
 use super::lease::{keep_alive, LeaseService};
 use super::maintenance::MaintenanceService;
-use super::{watch, GRPC_OVERHEAD_BYTES};
+use super::watch;
 use crate::node::Member;
 
 /// The services behind the gateway: the same ones the gRPC edge serves.
@@ -75,7 +75,7 @@ type Gw = Arc<Gateway>;
 /// The gateway's routes under `/v3` and `/v3beta` (etcd 3.4 answers both), with etcd's CORS
 /// headers on every answer.
 pub fn router(member: Arc<Member>) -> Router {
-    let max_recv = member.limits.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+    let max_recv = member.limits().max_message_bytes();
     let gate = member.clone();
     let gw = Arc::new(Gateway {
         kv: KvService::new(member.clone()),
@@ -515,7 +515,7 @@ async fn watch_stream(State(g): State<Gw>, headers: HeaderMap, body: Body) -> Re
         Ok(first) => first,
         Err(r) => return r,
     };
-    let (stream, out, responses) = g.member.hub.open_stream();
+    let (stream, out, responses) = g.member.watches().open_stream();
     let requests = stream::unfold((first, values), |(first, mut values)| async move {
         let next = match first {
             Some(r) => Some(Ok(r)),

@@ -18,10 +18,10 @@ pub fn router(member: Arc<Member>) -> Router {
 /// the answer is immediate. The body is etcd 3.4's (`{"health":"true"}`); the reason for an
 /// unhealthy answer goes to the log.
 async fn health(State(m): State<Arc<Member>>) -> (http::StatusCode, Json<Value>) {
-    let alarms = !m.mvcc.read().registry().alarms.is_empty();
+    let alarms = !m.read().registry().alarms.is_empty();
     let verdict = if alarms {
         Err("an alarm is raised".to_string())
-    } else if m.raft.metrics().borrow().current_leader.is_none() {
+    } else if m.raft_status().leader.is_none() {
         Err("no leader".to_string())
     } else {
         m.linearize().await.map_err(|e| e.to_string())

@@ -32,10 +32,10 @@ impl KvService {
     /// Proposes a write for the client the metadata names, after etcd's size check on the
     /// encoded request (its permissions are checked when it is applied).
     async fn propose(&self, md: &MetadataMap, size: usize, cmd: Command) -> Result<Reply, Status> {
-        if size as u64 > self.member.limits.max_request_bytes {
+        if size as u64 > self.member.limits().max_request_bytes {
             return Err(status(Error::RequestTooLarge));
         }
-        self.member.write_for(md, cmd).await.map_err(status)
+        super::write_for(&self.member, md, cmd).await.map_err(status)
     }
 
     /// The caller, once a linearizable read has passed its barrier (etcd looks the token up
@@ -44,7 +44,7 @@ impl KvService {
         if !serializable {
             self.member.linearize().await.map_err(status)?;
         }
-        self.member.auth_info(md).await.map_err(status)
+        super::caller(&self.member, md).await.map_err(status)
     }
 }
 
@@ -78,11 +78,9 @@ impl Kv for KvService {
         let (md, _, r) = req.into_parts();
         validate::range(&r).map_err(status)?;
         let who = self.reader(&md, r.serializable).await?;
-        let mut resp = {
-            let view = self.member.mvcc.read();
-            view.auth().is_range_permitted(&who, &r.key, &r.range_end).map_err(|e| status(e.into()))?;
-            kv::range(&view, &r).map_err(status)?
-        };
+        let permitted = self.member.read().auth().is_range_permitted(&who, &r.key, &r.range_end);
+        permitted.map_err(|e| status(e.into()))?;
+        let mut resp = self.member.range(&r).map_err(status)?;
         self.member.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -101,11 +99,11 @@ impl Kv for KvService {
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let (md, _, t) = req.into_parts();
-        validate::txn(&t, self.member.limits.max_txn_ops).map_err(status)?;
+        validate::txn(&t, self.member.limits().max_txn_ops).map_err(status)?;
         if kv::is_read_only(&t) {
             let who = self.reader(&md, all_serializable(&t)).await?;
             let mut resp = {
-                let mut view = self.member.mvcc.read();
+                let mut view = self.member.read();
                 auth::check_txn(view.auth(), &who, &t).map_err(|e| status(e.into()))?;
                 kv::txn_read(&mut view, &t).map_err(status)?
             };

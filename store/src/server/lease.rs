@@ -17,7 +17,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{status, unexpected};
 use crate::error::Error;
-use crate::mvcc::lease::MAX_TTL;
 use crate::mvcc::View;
 use crate::node::Member;
 use crate::raft::{Command, Proto, Reply};
@@ -35,7 +34,7 @@ impl LeaseService {
 /// etcd's answer to one keep-alive request (the gRPC stream and the JSON gateway both send it):
 /// the renewed TTL, or TTL 0 for an unknown (or just expired) lease. An error ends the stream.
 pub(super) async fn keep_alive(m: &Arc<Member>, id: i64) -> Result<LeaseKeepAliveResponse, Status> {
-    let ttl = match m.renew_lease(id).await {
+    let ttl = match crate::lessor::keep_alive(m, id).await {
         Ok(ttl) => ttl,
         Err(Error::LeaseNotFound) => 0,
         Err(e) => return Err(status(e)),
@@ -50,29 +49,14 @@ type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, 
 #[tonic::async_trait]
 impl Lease for LeaseService {
     async fn lease_grant(&self, req: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
-        let m = &self.member;
-        let mut g = req.into_inner();
-        if g.ttl > MAX_TTL {
-            return Err(status(Error::LeaseTtlTooLarge));
-        }
-        // Chosen here, carried in the entry: every member grants the same lease.
-        g.ttl = g.ttl.max(m.lessor.min_ttl);
-        if g.id == 0 {
-            g.id = m.lessor.new_id(|id| m.mvcc.read().leases().exists(id));
-        }
-        match m.write(Command::LeaseGrant(Proto(g))).await.map_err(status)? {
-            Reply::LeaseGrant(Proto(mut resp)) => {
-                m.lessor.granted(m, resp.id, resp.ttl);
-                m.fill(&mut resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected("LeaseGrant")),
-        }
+        let mut resp = crate::lessor::grant(&self.member, req.into_inner()).await.map_err(status)?;
+        self.member.fill(&mut resp.header);
+        Ok(Response::new(resp))
     }
 
     async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
         let (md, _, r) = req.into_parts();
-        match self.member.write_for(&md, Command::LeaseRevoke(Proto(r))).await.map_err(status)? {
+        match super::write_for(&self.member, &md, Command::LeaseRevoke(Proto(r))).await.map_err(status)? {
             Reply::LeaseRevoke(Proto(mut resp)) => {
                 self.member.fill(&mut resp.header);
                 Ok(Response::new(resp))
@@ -117,8 +101,8 @@ impl Lease for LeaseService {
         let m = &self.member;
         let r = req.into_inner();
         m.linearize().await.map_err(status)?;
-        let left = m.lease_remaining(r.id).await.map_err(status)?;
-        let found = m.mvcc.read().leases().get(r.id).map(|l| (l.record, l.keys.iter().cloned().collect::<Vec<_>>()));
+        let left = crate::lessor::remaining(m, r.id).await.map_err(status)?;
+        let found = m.read().leases().get(r.id).map(|l| (l.record, l.keys.iter().cloned().collect::<Vec<_>>()));
         let mut resp = match (found, left) {
             (Some((record, keys)), Some(left)) => LeaseTimeToLiveResponse {
                 header: None,
@@ -135,7 +119,7 @@ impl Lease for LeaseService {
     }
 
     async fn lease_leases(&self, _req: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
-        let leases = self.member.mvcc.read().leases().iter().map(|(id, _)| LeaseStatus { id }).collect();
+        let leases = self.member.read().leases().iter().map(|(id, _)| LeaseStatus { id }).collect();
         let mut resp = LeaseLeasesResponse { header: None, leases };
         self.member.fill(&mut resp.header);
         Ok(Response::new(resp))

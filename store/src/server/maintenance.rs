@@ -15,7 +15,6 @@ use tonic::{Request, Response, Status};
 
 use super::{status, unexpected};
 use crate::error::Error;
-use crate::mvcc::View;
 use crate::node::{Member, ETCD_API_VERSION};
 use crate::raft::{Command, Proto, Reply};
 
@@ -40,7 +39,7 @@ fn internal(e: impl std::fmt::Display) -> Status {
 /// etcd's admin check on Defragment, Snapshot, Hash and HashKV: root only while auth is on.
 /// etcd answers its failures unmapped, as its auth store words them, with code Unknown.
 async fn admin(m: &Member, md: &tonic::metadata::MetadataMap) -> Result<(), Status> {
-    match m.check_admin(md).await {
+    match super::check_admin(m, md).await {
         Err(Error::Auth(a)) => Err(Status::unknown(a.store_message())),
         r => r.map_err(status),
     }
@@ -60,11 +59,10 @@ impl Maintenance for MaintenanceService {
 
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let m = &self.member;
-        let metrics = m.raft.metrics().borrow().clone();
+        let raft = m.raft_status();
         let (db_size, in_use) = m.backend_sizes();
         // etcd lists raised alarms as their protobuf text form.
         let errors = m
-            .mvcc
             .read()
             .registry()
             .alarms(AlarmType::None as i32)
@@ -78,10 +76,10 @@ impl Maintenance for MaintenanceService {
             header: None,
             version: ETCD_API_VERSION.to_string(),
             db_size: db_size as i64,
-            leader: metrics.current_leader.unwrap_or(0),
-            raft_index: metrics.last_log_index.unwrap_or(0),
-            raft_term: metrics.current_term,
-            raft_applied_index: metrics.last_applied.map(|l| l.index).unwrap_or(0),
+            leader: raft.leader.unwrap_or(0),
+            raft_index: raft.last_log_index,
+            raft_term: raft.term,
+            raft_applied_index: raft.applied_index,
             errors,
             db_size_in_use: in_use as i64,
             is_learner: m.is_learner(),
@@ -103,14 +101,8 @@ impl Maintenance for MaintenanceService {
     async fn hash(&self, req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
         let m = &self.member;
         admin(m, req.metadata()).await?;
-        let mvcc = m.mvcc.clone();
-        let hash = tokio::task::spawn_blocking(move || {
-            let pairs = crate::raft::state_machine::dump(&mvcc)?;
-            Ok::<_, Error>(pairs.iter().fold(0, |crc, (k, v)| crate::mvcc::crc32c(crate::mvcc::crc32c(crc, k), v)))
-        })
-        .await
-        .map_err(internal)?
-        .map_err(status)?;
+        let member = m.clone();
+        let hash = tokio::task::spawn_blocking(move || member.hash()).await.map_err(internal)?.map_err(status)?;
         let mut resp = HashResponse { header: None, hash };
         m.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -119,42 +111,34 @@ impl Maintenance for MaintenanceService {
     async fn hash_kv(&self, req: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         let m = &self.member;
         admin(m, req.metadata()).await?;
-        let (hash, compact_revision, rev) = {
-            let view = m.mvcc.read();
-            (view.hash_kv(req.get_ref().revision).map_err(status)?, view.compact_rev(), view.rev())
-        };
-        let mut resp = HashKvResponse { header: None, hash, compact_revision: compact_revision.max(0) };
-        resp.header = Some(ResponseHeader { revision: rev, ..Default::default() });
+        let (member, rev) = (m.clone(), req.get_ref().revision);
+        let h = tokio::task::spawn_blocking(move || member.hash_kv(rev)).await.map_err(internal)?.map_err(status)?;
+        let mut resp = HashKvResponse { header: None, hash: h.hash, compact_revision: h.compact_rev.max(0) };
+        resp.header = Some(ResponseHeader { revision: h.rev, ..Default::default() });
         m.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
+    /// Streams the snapshot file from one engine snapshot as the client reads it: a chunk at a
+    /// time is in memory, and applies go on meanwhile.
     async fn snapshot(&self, req: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
         admin(&self.member, req.metadata()).await?;
         let m = self.member.clone();
-        let mvcc = m.mvcc.clone();
-        let file = tokio::task::spawn_blocking(move || crate::raft::state_machine::dump(&mvcc))
-            .await
-            .map_err(internal)?
-            .map_err(status)?;
-        let file = crate::snapshot::encode(&file);
         let mut header = None;
         m.fill(&mut header);
-        let total = file.len();
-        let chunks: Vec<Result<SnapshotResponse, Status>> = file
-            .chunks(SNAPSHOT_CHUNK)
-            .enumerate()
-            .map(|(i, c)| {
-                Ok(SnapshotResponse {
-                    header,
-                    remaining_bytes: (total - (i * SNAPSHOT_CHUNK + c.len())) as u64,
-                    blob: c.to_vec().into(),
-                })
-            })
-            .collect();
-        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let send = |blob: Vec<u8>, remaining_bytes| {
+                let resp = SnapshotResponse { header, remaining_bytes, blob: blob.into() };
+                tx.blocking_send(Ok(resp)).is_ok()
+            };
+            if let Err(e) = crate::snapshot::stream(&*m.engine().snapshot(), SNAPSHOT_CHUNK, send) {
+                let _ = tx.blocking_send(Err(status(e)));
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     async fn move_leader(&self, req: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {

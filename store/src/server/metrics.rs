@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 
 use keel_proto::ETCD_METHODS;
 
+use super::Edge;
 use crate::node::Member;
 
 /// gRPC request counters: started and handled (by status code) per method. Only etcd's own
@@ -79,11 +80,11 @@ impl GrpcCounters {
 /// Counts every gRPC call: started when it arrives, handled with the status of its answer (a
 /// stream counts as handled once its response starts; its final status is in trailers).
 pub async fn count_grpc(
-    State(member): State<Arc<Member>>,
+    State(grpc): State<Arc<GrpcCounters>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let key = member.grpc.start(req.uri().path());
+    let key = grpc.start(req.uri().path());
     let resp = next.run(req).await;
     if let Some(key) = key {
         let code = resp
@@ -93,19 +94,19 @@ pub async fn count_grpc(
             .and_then(|v| v.parse::<i32>().ok())
             .map(tonic::Code::from_i32)
             .unwrap_or(tonic::Code::Ok);
-        member.grpc.handled(key, code);
+        grpc.handled(key, code);
     }
     resp
 }
 
-/// `/metrics` (and `/health`, when `with_health`) for `member`.
-pub fn router(member: Arc<Member>) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(member)
+/// `/metrics` for the edge's member.
+pub fn router(edge: Edge) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(edge)
 }
 
-async fn metrics(State(m): State<Arc<Member>>) -> ([(http::header::HeaderName, &'static str); 1], String) {
+async fn metrics(State(edge): State<Edge>) -> ([(http::header::HeaderName, &'static str); 1], String) {
     let content_type = [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")];
-    (content_type, render(&m))
+    (content_type, render(&edge.member, &edge.grpc))
 }
 
 /// One metric family: HELP, TYPE and its samples.
@@ -121,10 +122,10 @@ fn single(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
 }
 
 /// Everything `/metrics` reports, rendered.
-pub fn render(m: &Member) -> String {
+pub fn render(m: &Member, grpc: &GrpcCounters) -> String {
     let mut out = String::new();
-    let raft = m.raft.metrics().borrow().clone();
-    let leader = raft.current_leader;
+    let raft = m.raft_status();
+    let leader = raft.leader;
     single(
         &mut out,
         "etcd_server_has_leader",
@@ -137,7 +138,7 @@ pub fn render(m: &Member) -> String {
         "etcd_server_is_leader",
         "gauge",
         "Whether or not this member is a leader. 1 if is, 0 otherwise.",
-        (leader == Some(m.id)) as u8 as f64,
+        (leader == Some(m.id())) as u8 as f64,
     );
     single(
         &mut out,
@@ -153,7 +154,7 @@ pub fn render(m: &Member) -> String {
         "The number of leader changes seen.",
         m.leader_changes() as f64,
     );
-    let applied = raft.last_applied.map(|l| l.index).unwrap_or(0) as f64;
+    let applied = raft.applied_index as f64;
     single(
         &mut out,
         "etcd_server_proposals_committed_total",
@@ -192,7 +193,7 @@ pub fn render(m: &Member) -> String {
     );
     let (keys, rev, compact) = {
         use crate::mvcc::View;
-        let v = m.mvcc.read();
+        let v = m.read();
         (v.index().len(), v.rev(), v.compact_rev())
     };
     single(&mut out, "etcd_debugging_mvcc_keys_total", "gauge", "Total number of keys.", keys as f64);
@@ -204,7 +205,7 @@ pub fn render(m: &Member) -> String {
         "The revision of the last compaction in store.",
         compact.max(0) as f64,
     );
-    let (watchers, streams) = m.hub.counts();
+    let (watchers, streams) = m.watches().counts();
     single(&mut out, "etcd_debugging_mvcc_watcher_total", "gauge", "Total number of watchers.", watchers as f64);
     single(
         &mut out,
@@ -215,7 +216,7 @@ pub fn render(m: &Member) -> String {
     );
 
     let (mut started, mut handled) = (Vec::new(), Vec::new());
-    for ((service, method, kind), counts) in ETCD_METHODS.iter().zip(m.grpc.calls.lock().iter()) {
+    for ((service, method, kind), counts) in ETCD_METHODS.iter().zip(grpc.calls.lock().iter()) {
         if counts.started == 0 {
             continue;
         }

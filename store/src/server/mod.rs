@@ -22,16 +22,20 @@ mod watch;
 use std::future::Future;
 use std::sync::Arc;
 
+use keel_auth::{AuthError, AuthInfo};
 use keel_proto::etcdserverpb::auth_server::AuthServer;
 use keel_proto::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcdserverpb::lease_server::LeaseServer;
 use keel_proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
-use crate::error::Error;
-use crate::node::Member;
+use crate::error::{Error, Result};
+use crate::node::{Credentials, Member};
+use crate::raft::{Command, Reply};
 use crate::tls::{ConnInfo, Incoming};
+use metrics::GrpcCounters;
 
 /// etcd's gRPC status for an error: the code etcd uses and its exact message.
 pub fn status(e: Error) -> Status {
@@ -113,9 +117,6 @@ async fn ready_gate(
     }
 }
 
-/// gRPC's allowance on top of `--max-request-bytes` for a received message (etcd's 512 KiB).
-pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
-
 /// Serves `router` on `listener` (TCP, or the simulation's: the network seam) until `shutdown`
 /// resolves, then drains in-flight requests.
 pub async fn serve_with<L: axum::serve::Listener>(
@@ -132,11 +133,11 @@ where
 /// The client API on a listener (TCP, TLS when its URL is `https://`) whose connections pass
 /// through the `:authority` pump; each request knows its connection ([`ConnInfo`]).
 pub async fn serve(
-    member: Arc<Member>,
+    edge: Edge,
     listener: Incoming,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = client_router(member).into_make_service_with_connect_info::<ConnInfo>();
+    let router = client_router(edge).into_make_service_with_connect_info::<ConnInfo>();
     axum::serve(authority::FixingListener::new(listener), router).with_graceful_shutdown(shutdown).await
 }
 
@@ -156,9 +157,57 @@ async fn cert_user(mut req: axum::extract::Request, next: axum::middleware::Next
     next.run(req).await
 }
 
+/// What all the client and metrics listeners of one member share: the member and its gRPC call
+/// counters.
+#[derive(Clone)]
+pub struct Edge {
+    member: Arc<Member>,
+    grpc: Arc<GrpcCounters>,
+}
+
+impl Edge {
+    pub fn new(member: Arc<Member>) -> Self {
+        Self { member, grpc: Default::default() }
+    }
+}
+
+/// How a request's metadata proves who sent it: a token (`token`, or `authorization` as etcd's
+/// gateway passes it), else the verified certificate's user ([`CERT_USER`]). A token that is not
+/// text is `invalid auth token`.
+fn credentials(md: &MetadataMap) -> Result<Credentials<'_>> {
+    if let Some(token) = md.get("token").or_else(|| md.get("authorization")) {
+        let token = token.to_str().map_err(|_| Error::Auth(AuthError::InvalidAuthToken))?;
+        return Ok(Credentials::Token(token));
+    }
+    Ok(match md.get(CERT_USER).and_then(|v| std::str::from_utf8(v.as_bytes()).ok()) {
+        Some(user) => Credentials::Certificate(user),
+        None => Credentials::Anonymous,
+    })
+}
+
+/// Who sent a request, from its metadata (see [`Member::caller`]).
+pub(crate) async fn caller(m: &Member, md: &MetadataMap) -> Result<AuthInfo> {
+    m.caller(credentials(md)?).await
+}
+
+/// Writes `cmd` (as [`Member::write`]) for the client the metadata names: with its user and auth
+/// revision, to be checked when the write is applied.
+pub(crate) async fn write_for(m: &Member, md: &MetadataMap, cmd: Command) -> Result<Reply> {
+    let who = caller(m, md).await?;
+    m.write(crate::auth::as_client(who, cmd)).await
+}
+
+/// Whether the client the metadata names may manage the cluster (root role) while auth is on:
+/// etcd's check on defragment, snapshot, the hashes and membership changes.
+pub(crate) async fn check_admin(m: &Member, md: &MetadataMap) -> Result<()> {
+    let who = caller(m, md).await?;
+    Ok(m.read().auth().is_admin_permitted(&who)?)
+}
+
 /// Every client-facing service, gRPC and HTTP, as one router.
-pub fn client_router(member: Arc<Member>) -> axum::Router {
-    let max_recv = member.limits.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+pub fn client_router(edge: Edge) -> axum::Router {
+    let Edge { member, grpc } = edge.clone();
+    let max_recv = member.limits().max_message_bytes();
     let kv = KvServer::new(kv::KvService::new(member.clone()))
         .max_decoding_message_size(max_recv)
         .max_encoding_message_size(usize::MAX);
@@ -184,14 +233,14 @@ pub fn client_router(member: Arc<Member>) -> axum::Router {
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
         .layer(axum::middleware::from_fn_with_state(member.clone(), ready_gate))
-        .layer(axum::middleware::from_fn_with_state(member.clone(), metrics::count_grpc))
+        .layer(axum::middleware::from_fn_with_state(grpc, metrics::count_grpc))
         .layer(axum::middleware::from_fn(cert_user))
         .merge(http::router(member.clone()))
-        .merge(metrics::router(member.clone()))
+        .merge(metrics::router(edge))
         .merge(gateway::router(member))
 }
 
 /// `/metrics`, `/health` and `/version`: what a `--listen-metrics-urls` listener serves.
-pub fn metrics_router(member: Arc<Member>) -> axum::Router {
-    metrics::router(member.clone()).merge(http::router(member))
+pub fn metrics_router(edge: Edge) -> axum::Router {
+    http::router(edge.member.clone()).merge(metrics::router(edge))
 }

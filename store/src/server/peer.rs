@@ -22,17 +22,17 @@ fn bad(e: String) -> Status {
 impl RaftRpc for PeerService {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode(req.get_ref()).map_err(bad)?;
-        Ok(Response::new(encode(&self.member.raft.append_entries(rpc).await)))
+        Ok(Response::new(encode(&self.member.append_entries(rpc).await)))
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode(req.get_ref()).map_err(bad)?;
-        Ok(Response::new(encode(&self.member.raft.vote(rpc).await)))
+        Ok(Response::new(encode(&self.member.vote(rpc).await)))
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode(req.get_ref()).map_err(bad)?;
-        Ok(Response::new(encode(&self.member.raft.install_snapshot(rpc).await)))
+        Ok(Response::new(encode(&self.member.install_snapshot(rpc).await)))
     }
 
     async fn forward(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
@@ -47,12 +47,12 @@ impl RaftRpc for PeerService {
 /// is refused (`ResourceExhausted`) before it is buffered.
 pub fn peer_receive_limit(max_request_bytes: u64) -> usize {
     let entries = openraft::Config::default().max_payload_entries as usize;
-    entries.saturating_mul(max_request_bytes as usize + super::GRPC_OVERHEAD_BYTES).saturating_add(16 << 20)
+    entries.saturating_mul(max_request_bytes as usize + crate::config::GRPC_OVERHEAD_BYTES).saturating_add(16 << 20)
 }
 
 /// The peer service, for a `--listen-peer-urls` listener.
 pub fn peer_router(member: Arc<Member>) -> axum::Router {
-    let limit = peer_receive_limit(member.limits.max_request_bytes);
+    let limit = peer_receive_limit(member.limits().max_request_bytes);
     let svc =
         RaftServer::new(PeerService { member }).max_decoding_message_size(limit).max_encoding_message_size(usize::MAX);
     tonic::service::Routes::new(svc).into_axum_router()

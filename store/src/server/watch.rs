@@ -74,7 +74,7 @@ impl StreamingService<WatchRequest> for WatchServer {
     fn call(&mut self, req: Request<Streaming<WatchRequest>>) -> Self::Future {
         let member = self.member.clone();
         Box::pin(async move {
-            let (stream, out, responses) = member.hub.open_stream();
+            let (stream, out, responses) = member.watches().open_stream();
             let (md, _, requests) = req.into_parts();
             tokio::spawn(forward_requests(member, md, stream, out, requests));
             let s: WireStream = Box::pin(responses.map(Ok));
@@ -88,8 +88,8 @@ const PERMISSION_DENIED: &str = "rpc error: code = PermissionDenied desc = etcds
 
 /// Whether the caller may watch what `c` asks for; a bad token is a refusal too, as in etcd.
 async fn may_watch(member: &Member, md: &MetadataMap, c: &WatchCreateRequest) -> crate::error::Result<()> {
-    let who = member.auth_info(md).await?;
-    Ok(crate::auth::check_watch(member.mvcc.read().auth(), &who, &c.key, &c.range_end)?)
+    let who = super::caller(member, md).await?;
+    Ok(crate::auth::check_watch(member.read().auth(), &who, &c.key, &c.range_end)?)
 }
 
 /// Hands a stream's requests to the hub in order (the gRPC stream and the JSON gateway both use
@@ -105,7 +105,7 @@ pub(super) async fn forward_requests<E>(
     out: Arc<Outbox>,
     mut requests: impl Stream<Item = Result<WatchRequest, E>> + Unpin,
 ) {
-    let hub = member.hub.clone();
+    let hub = member.watches().clone();
     while let Some(r) = requests.next().await {
         let Ok(r) = r else {
             hub.close_stream(stream);

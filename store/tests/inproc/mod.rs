@@ -191,12 +191,11 @@ impl Cluster {
     pub async fn leader(&self) -> usize {
         let deadline = tokio::time::Instant::now() + DEADLINE;
         loop {
-            let leaders: Vec<Option<u64>> =
-                self.members().iter().map(|m| m.raft.metrics().borrow().current_leader).collect();
+            let leaders: Vec<Option<u64>> = self.members().iter().map(|m| m.raft_status().leader).collect();
             if let Some(Some(l)) = leaders.first() {
                 if leaders.iter().all(|x| *x == Some(*l)) {
                     if let Some(i) =
-                        self.nodes.iter().position(|n| n.running.as_ref().is_some_and(|r| r.member.id == *l))
+                        self.nodes.iter().position(|n| n.running.as_ref().is_some_and(|r| r.member.id() == *l))
                     {
                         return i;
                     }
@@ -212,11 +211,8 @@ impl Cluster {
     pub async fn converged(&self) -> i64 {
         let deadline = tokio::time::Instant::now() + DEADLINE;
         loop {
-            let at: Vec<(Option<u64>, i64)> = self
-                .members()
-                .iter()
-                .map(|m| (m.raft.metrics().borrow().last_applied.map(|l| l.index), m.mvcc.current_rev()))
-                .collect();
+            let at: Vec<(u64, i64)> =
+                self.members().iter().map(|m| (m.raft_status().applied_index, m.current_rev())).collect();
             if at.windows(2).all(|w| w[0] == w[1]) {
                 return at[0].1;
             }
@@ -238,7 +234,7 @@ pub fn put(key: &str, value: &str) -> Command {
 /// The value of `key` on `member` (its applied state), if any.
 pub fn value(member: &Member, key: &str) -> Option<Vec<u8>> {
     let r = RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() };
-    let r = kv::range(&member.mvcc.read(), &r).expect("a range");
+    let r = kv::range(&member.read(), &r).expect("a range");
     r.kvs.first().map(|kv| kv.value.to_vec())
 }
 

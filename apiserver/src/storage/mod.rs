@@ -1,0 +1,268 @@
+//! Kubernetes objects in an etcd v3 keyspace, reached only through the etcd v3 API (so the same
+//! code runs on keel and on etcd), changed as kube-apiserver's `etcd3` store changes them:
+//!
+//! ```text
+//! create  Txn If(ModRevision(key) = 0)   Then(Put)                  -> AlreadyExists
+//! update  Txn If(ModRevision(key) = rv)  Then(Put)        Else(Get) -> Conflict with the current object
+//! delete  Txn If(ModRevision(key) = rv)  Then(Delete)     Else(Get) -> Conflict / NotFound
+//! list    Range(from, prefix end, limit, revision)                   -> a page and kube's continue token
+//! watch   Watch(prefix, from rv + 1, prev_kv, progress_notify)       -> ADDED / MODIFIED / DELETED
+//! ```
+//!
+//! An object's resourceVersion is its `mod_revision`; a list's is the revision of the Range that
+//! read it. Values are opaque bytes here (the codec is the caller's).
+
+pub mod compact;
+pub mod cont;
+pub mod keys;
+pub mod watch;
+
+use keel_proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use keel_proto::etcdserverpb::kv_client::KvClient;
+use keel_proto::etcdserverpb::request_op::Request;
+use keel_proto::etcdserverpb::response_op::Response;
+use keel_proto::etcdserverpb::watch_client::WatchClient;
+use keel_proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
+};
+use keel_proto::mvccpb::KeyValue;
+use tonic::transport::Channel;
+
+/// etcd's answer to a read below the compacted revision.
+const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+
+/// kube's message for a continue token whose revision was compacted (410 Expired).
+pub const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// One stored object: its bytes and resourceVersion (`mod_revision`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub value: Vec<u8>,
+    pub rev: i64,
+}
+
+impl From<KeyValue> for Stored {
+    fn from(kv: KeyValue) -> Self {
+        Stored { value: kv.value.to_vec(), rev: kv.mod_revision }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("not found")]
+    NotFound,
+    #[error("already exists")]
+    AlreadyExists,
+    /// The object is not at the expected resourceVersion; `current` is what is there now.
+    #[error("the object has been modified")]
+    Conflict { current: Option<Stored> },
+    /// A continue token kube would refuse (400), with kube's message.
+    #[error("{0}")]
+    InvalidContinue(String),
+    /// A continue token whose revision was compacted (410 Expired, [`EXPIRED_CONTINUE`]);
+    /// `restart` goes on from the same key at the latest revision (kube's `rv: -1` token).
+    #[error("{EXPIRED_CONTINUE}")]
+    Expired { restart: Option<String> },
+    /// A read at a resourceVersion below the store's compacted one.
+    #[error("compacted")]
+    Compacted,
+    /// The store failed or refused (unreachable, timed out, too large): its gRPC status.
+    #[error("store: {0}")]
+    Store(#[from] tonic::Status),
+}
+
+pub type Result<T> = std::result::Result<T, StorageError>;
+
+/// Which revision a LIST reads at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// The latest (a consistent read: etcd's Range is linearizable).
+    Latest,
+    /// Exactly this revision.
+    Exact(i64),
+}
+
+/// What to list.
+#[derive(Debug, Clone)]
+pub struct ListOptions {
+    /// Most objects per page; 0 = all.
+    pub limit: i64,
+    /// A continue token from an earlier page (its revision wins over `at`).
+    pub continue_token: Option<String>,
+    pub at: At,
+}
+
+/// One page of a LIST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// Keys and objects, in key order.
+    pub items: Vec<(String, Stored)>,
+    /// The list's resourceVersion.
+    pub rev: i64,
+    /// Where the next page starts, if there is one.
+    pub continue_token: Option<String>,
+    /// Objects after this page (kube's `remainingItemCount`), when there is a next page.
+    pub remaining: Option<i64>,
+}
+
+/// Objects in an etcd v3 keyspace. Cheap to clone (one HTTP/2 channel).
+#[derive(Clone)]
+pub struct Storage {
+    kv: KvClient<Channel>,
+    watch: WatchClient<Channel>,
+}
+
+fn compare_mod_rev(key: &str, rev: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Mod as i32,
+        key: key.as_bytes().to_vec().into(),
+        target_union: Some(TargetUnion::ModRevision(rev)),
+        ..Default::default()
+    }
+}
+
+fn get_op(key: &str) -> RequestOp {
+    RequestOp {
+        request: Some(Request::RequestRange(RangeRequest {
+            key: key.as_bytes().to_vec().into(),
+            ..Default::default()
+        })),
+    }
+}
+
+/// The object a failed txn's `Else(Get)` read, if there was one.
+fn current(resp: &TxnResponse) -> Option<Stored> {
+    match resp.responses.first().and_then(|r| r.response.as_ref()) {
+        Some(Response::ResponseRange(r)) => r.kvs.first().cloned().map(Stored::from),
+        _ => None,
+    }
+}
+
+fn is_compacted(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::OutOfRange && s.message() == COMPACTED
+}
+
+impl Storage {
+    pub fn new(channel: Channel) -> Self {
+        Self {
+            kv: KvClient::new(channel.clone()).max_decoding_message_size(usize::MAX),
+            watch: WatchClient::new(channel).max_decoding_message_size(usize::MAX),
+        }
+    }
+
+    /// The object at `key`, if any (a linearizable read).
+    pub async fn get(&self, key: &str) -> Result<Option<Stored>> {
+        let r = RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() };
+        let resp = self.kv.clone().range(r).await?.into_inner();
+        Ok(resp.kvs.into_iter().next().map(Stored::from))
+    }
+
+    /// Creates the object at `key` (attached to `lease`, 0 for none); returns its
+    /// resourceVersion. `AlreadyExists` if something is there.
+    pub async fn create(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<i64> {
+        let put = PutRequest { key: key.as_bytes().to_vec().into(), value: value.into(), lease, ..Default::default() };
+        let txn = TxnRequest {
+            compare: vec![compare_mod_rev(key, 0)],
+            success: vec![RequestOp { request: Some(Request::RequestPut(put)) }],
+            failure: vec![],
+        };
+        let resp = self.kv.clone().txn(txn).await?.into_inner();
+        if !resp.succeeded {
+            return Err(StorageError::AlreadyExists);
+        }
+        Ok(resp.header.map_or(0, |h| h.revision))
+    }
+
+    /// Replaces the object at `key` if it is still at resourceVersion `expected`; returns the new
+    /// resourceVersion. `Conflict` (with what is there) otherwise, `NotFound` if nothing is.
+    pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> Result<i64> {
+        let put = PutRequest { key: key.as_bytes().to_vec().into(), value: value.into(), ..Default::default() };
+        let resp = self.cas(key, expected, Request::RequestPut(put)).await?;
+        Ok(resp.header.map_or(0, |h| h.revision))
+    }
+
+    /// Deletes the object at `key` if it is at resourceVersion `expected` (if None: at the one
+    /// it has when read here, so a change in between is a `Conflict` the caller may retry, as
+    /// kube's delete loop does); returns what was deleted, with the revision of the deletion.
+    pub async fn delete(&self, key: &str, expected: Option<i64>) -> Result<Stored> {
+        let del = DeleteRangeRequest { key: key.as_bytes().to_vec().into(), prev_kv: true, ..Default::default() };
+        let expected = match expected {
+            Some(rev) => rev,
+            None => self.get(key).await?.ok_or(StorageError::NotFound)?.rev,
+        };
+        let resp = self.cas(key, expected, Request::RequestDeleteRange(del)).await?;
+        let rev = resp.header.map_or(0, |h| h.revision);
+        match resp.responses.into_iter().next().and_then(|r| r.response) {
+            Some(Response::ResponseDeleteRange(d)) => d
+                .prev_kvs
+                .into_iter()
+                .next()
+                .map(|kv| Stored { value: kv.value.to_vec(), rev })
+                .ok_or(StorageError::NotFound),
+            _ => Err(StorageError::NotFound),
+        }
+    }
+
+    /// Runs `op` on `key` if it is at `expected`; else `Conflict` with what is there, or
+    /// `NotFound`.
+    async fn cas(&self, key: &str, expected: i64, op: Request) -> Result<TxnResponse> {
+        let txn = TxnRequest {
+            compare: vec![compare_mod_rev(key, expected)],
+            success: vec![RequestOp { request: Some(op) }],
+            failure: vec![get_op(key)],
+        };
+        let resp = self.kv.clone().txn(txn).await?.into_inner();
+        if resp.succeeded {
+            return Ok(resp);
+        }
+        match current(&resp) {
+            None => Err(StorageError::NotFound),
+            current => Err(StorageError::Conflict { current }),
+        }
+    }
+
+    /// One page of the objects under `prefix` (a collection, ending in `/`), as kube's LIST
+    /// reads them: from the continue token's key and revision, or from the start at `at`.
+    pub async fn list(&self, prefix: &str, opts: &ListOptions) -> Result<Page> {
+        let (from, at) = match &opts.continue_token {
+            Some(token) => {
+                let (from, rev) = cont::decode(token, prefix).map_err(StorageError::InvalidContinue)?;
+                (from, if rev < 0 { At::Latest } else { At::Exact(rev) })
+            }
+            None => (prefix.to_string(), opts.at),
+        };
+        let r = RangeRequest {
+            key: from.as_bytes().to_vec().into(),
+            range_end: keys::prefix_end(prefix.as_bytes()).into(),
+            limit: opts.limit.max(0),
+            revision: match at {
+                At::Latest => 0,
+                At::Exact(rev) => rev,
+            },
+            ..Default::default()
+        };
+        let resp = match self.kv.clone().range(r).await {
+            Ok(resp) => resp.into_inner(),
+            Err(s) if is_compacted(&s) && opts.continue_token.is_some() => {
+                return Err(StorageError::Expired { restart: cont::encode(&from, prefix, -1) });
+            }
+            Err(s) if is_compacted(&s) => return Err(StorageError::Compacted),
+            Err(s) => return Err(s.into()),
+        };
+        // Every page of a list reads at the revision of its first.
+        let rev = match at {
+            At::Exact(rev) => rev,
+            At::Latest => resp.header.as_ref().map_or(0, |h| h.revision),
+        };
+        let items: Vec<(String, Stored)> =
+            resp.kvs.into_iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), Stored::from(kv))).collect();
+        let (continue_token, remaining) = match items.last() {
+            Some((last, _)) if resp.more => {
+                (cont::encode(&format!("{last}\0"), prefix, rev), Some(resp.count - items.len() as i64))
+            }
+            _ => (None, None),
+        };
+        Ok(Page { items, rev, continue_token, remaining })
+    }
+}

@@ -1,0 +1,122 @@
+//! Watching a collection as kube-apiserver's `etcd3` watcher does: one etcd watch on the key
+//! prefix from `resourceVersion + 1`, with previous values (a DELETED event carries the object
+//! as it was) and progress notifications (the revision the store has reached with nothing to
+//! say, which the watch cache turns into bookmarks). A put whose key was created at that revision
+//! is ADDED, another put MODIFIED.
+
+use std::collections::VecDeque;
+
+use futures::Stream;
+use keel_proto::etcdserverpb::watch_request::RequestUnion;
+use keel_proto::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use keel_proto::mvccpb::event::EventType;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{keys, Result, Storage, StorageError};
+
+/// One change under a watched prefix, with the revision that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Added {
+        key: String,
+        value: Vec<u8>,
+        rev: i64,
+    },
+    Modified {
+        key: String,
+        value: Vec<u8>,
+        rev: i64,
+    },
+    /// `value` is the object as it was before the deletion.
+    Deleted {
+        key: String,
+        value: Vec<u8>,
+        rev: i64,
+    },
+    /// The store has reached this revision; nothing under the prefix changed meanwhile.
+    Progress {
+        rev: i64,
+    },
+}
+
+/// What the watch stream keeps between polls: the request side (dropping it ends the watch),
+/// the answers, and events already taken from an answer.
+struct State {
+    _requests: mpsc::Sender<WatchRequest>,
+    responses: tonic::Streaming<keel_proto::etcdserverpb::WatchResponse>,
+    ready: VecDeque<Change>,
+    done: bool,
+}
+
+impl Storage {
+    /// Every change under `prefix` after revision `after` (a resourceVersion), in revision
+    /// order, until the stream is dropped. `Compacted` (as the stream's first item, then its end)
+    /// if the store no longer has the revisions after `after`.
+    pub async fn watch(&self, prefix: &str, after: i64) -> Result<impl Stream<Item = Result<Change>> + Send + 'static> {
+        let (tx, rx) = mpsc::channel(1);
+        let create = WatchCreateRequest {
+            key: prefix.as_bytes().to_vec().into(),
+            range_end: keys::prefix_end(prefix.as_bytes()).into(),
+            start_revision: after + 1,
+            progress_notify: true,
+            prev_kv: true,
+            ..Default::default()
+        };
+        tx.send(WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) })
+            .await
+            .map_err(|_| StorageError::Store(tonic::Status::unavailable("watch request stream closed")))?;
+        let responses = self.watch.clone().watch(ReceiverStream::new(rx)).await?.into_inner();
+        let state = State { _requests: tx, responses, ready: VecDeque::new(), done: false };
+        Ok(futures::stream::unfold(state, |mut st| async move {
+            loop {
+                if let Some(change) = st.ready.pop_front() {
+                    return Some((Ok(change), st));
+                }
+                if st.done {
+                    return None;
+                }
+                let resp = match st.responses.message().await {
+                    Ok(Some(resp)) => resp,
+                    Ok(None) => return None,
+                    Err(status) => {
+                        st.done = true;
+                        return Some((Err(status.into()), st));
+                    }
+                };
+                if resp.compact_revision > 0 {
+                    st.done = true;
+                    return Some((Err(StorageError::Compacted), st));
+                }
+                if resp.canceled {
+                    st.done = true;
+                    let reason = format!("the store canceled the watch: {}", resp.cancel_reason);
+                    return Some((Err(StorageError::Store(tonic::Status::aborted(reason))), st));
+                }
+                if resp.created {
+                    continue;
+                }
+                if resp.events.is_empty() {
+                    let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+                    st.ready.push_back(Change::Progress { rev });
+                    continue;
+                }
+                for e in resp.events {
+                    let Some(kv) = e.kv else { continue };
+                    let key = String::from_utf8_lossy(&kv.key).into_owned();
+                    let rev = kv.mod_revision;
+                    st.ready.push_back(match EventType::try_from(e.r#type) {
+                        Ok(EventType::Delete) => {
+                            let value = e.prev_kv.map(|p| p.value.to_vec()).unwrap_or_default();
+                            Change::Deleted { key, value, rev }
+                        }
+                        _ if kv.create_revision == kv.mod_revision => {
+                            Change::Added { key, value: kv.value.to_vec(), rev }
+                        }
+                        _ => Change::Modified { key, value: kv.value.to_vec(), rev },
+                    });
+                }
+            }
+        }))
+    }
+}

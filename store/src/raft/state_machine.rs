@@ -240,6 +240,33 @@ fn encode_pairs(r: &dyn Reads) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The pairs of snapshot data ([`encode_pairs`]), read one at a time from the buffer (no list of
+/// them is built): the whole buffer is checked first, so a truncated or malformed one is refused
+/// before anything is installed.
+fn decode_pairs(data: &[u8]) -> Result<impl Iterator<Item = Pair> + '_> {
+    let corrupt = || Error::Corrupt("malformed snapshot data".into());
+    let u64_at = |at: usize| -> Result<u64> {
+        let bytes = data.get(at..at.checked_add(8).ok_or_else(corrupt)?).ok_or_else(corrupt)?;
+        Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+    };
+    let count = u64_at(0)?;
+    let mut at = 8usize;
+    for _ in 0..count.saturating_mul(2) {
+        let len = usize::try_from(u64_at(at)?).map_err(|_| corrupt())?;
+        at = at.checked_add(8).and_then(|a| a.checked_add(len)).filter(|end| *end <= data.len()).ok_or_else(corrupt)?;
+    }
+    if at != data.len() {
+        return Err(corrupt());
+    }
+    let mut at = 8;
+    let mut bytes = move || {
+        let len = u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes")) as usize;
+        at += 8 + len;
+        data[at - len..at].to_vec()
+    };
+    Ok((0..count).map(move |_| (bytes(), bytes())))
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     /// Runs beside `apply` (openraft builds snapshots in a task of their own): the data, the log
     /// id and the membership all come from one engine snapshot, so they describe the same
@@ -300,16 +327,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let snap_err = |e: Error| io_err(e, ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write);
         let data = snapshot.into_shared();
         tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "installing a snapshot from the leader");
-        let mut pairs: Vec<Pair> = bincode::deserialize(&data).map_err(|e| snap_err(e.into()))?;
+        let pairs = decode_pairs(&data).map_err(snap_err)?;
         // The snapshot's own applied id and membership win over whatever the data carried.
+        let mut own = Vec::new();
         if let Some(l) = meta.last_log_id {
-            pairs.push((keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes")));
+            own.push((keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes")));
         }
         let membership = bincode::serialize(&meta.last_membership).expect("membership serializes");
-        pairs.push((keys::sm_meta(MEMBERSHIP), membership));
+        own.push((keys::sm_meta(MEMBERSHIP), membership));
         {
             let mut applied = self.applied.lock();
-            self.mvcc.replace(pairs).map_err(snap_err)?;
+            self.mvcc.replace(pairs.chain(own)).map_err(snap_err)?;
             applied.last = meta.last_log_id;
             applied.membership = meta.last_membership.clone();
         }
@@ -513,6 +541,13 @@ mod tests {
         let data = encode_pairs(&*mvcc.engine().snapshot()).unwrap();
         assert_eq!(data, bincode::serialize(&pairs).unwrap());
         assert_eq!(bincode::deserialize::<Vec<Pair>>(&data).unwrap(), pairs);
+        assert_eq!(decode_pairs(&data).unwrap().collect::<Vec<_>>(), pairs);
+        for cut in [0, 7, 8, data.len() - 1] {
+            assert!(decode_pairs(&data[..cut]).is_err(), "data cut at {cut} was taken");
+        }
+        let mut longer = data.clone();
+        longer.push(0);
+        assert!(decode_pairs(&longer).is_err(), "trailing bytes were taken");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::mvcc::kv;
 use crate::node::Member;
 use crate::raft::{Command, Proto, Reply};
-use keel_auth::AuthInfo;
+use keel_auth::{AuthError, AuthInfo};
 
 pub struct KvService {
     member: Arc<Member>,
@@ -81,6 +81,11 @@ impl Kv for KvService {
         let permitted = self.member.read().auth().is_range_permitted(&who, &r.key, &r.range_end);
         permitted.map_err(|e| status(e.into()))?;
         let mut resp = self.member.range(&r).map_err(status)?;
+        // The range read after the permission check, outside the lock it took: as etcd, an auth
+        // change meanwhile makes the answer unusable, and the client retries.
+        if who.revision != 0 && who.revision != self.member.read().auth().revision() {
+            return Err(status(Error::Auth(AuthError::AuthOldRevision)));
+        }
         self.member.fill(&mut resp.header);
         Ok(Response::new(resp))
     }

@@ -124,7 +124,8 @@ impl Server {
                 Ok(()) => return server,
                 Err(why) => {
                     let log = server.log();
-                    let port_taken = log.contains("address already in use");
+                    // etcd says "bind: address already in use", keel "Address already in use".
+                    let port_taken = log.to_lowercase().contains("address already in use");
                     if port_taken && attempt < ATTEMPTS {
                         eprintln!("{} lost its port to someone else, retrying", kind.name());
                         continue;
@@ -522,7 +523,7 @@ pub async fn start_cluster_secure(kind: Kind, n: usize, extra_args: &[&str], sec
         for m in &mut members {
             if let Err(why) = m.wait_ready().await {
                 let log = m.log();
-                if log.contains("Address already in use") && attempt < PORT_ATTEMPTS {
+                if log.to_lowercase().contains("address already in use") && attempt < PORT_ATTEMPTS {
                     eprintln!(
                         "{} {}: its port was taken; the cluster starts again on fresh ports",
                         kind.name(),

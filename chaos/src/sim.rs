@@ -231,7 +231,8 @@ fn member_name(i: usize) -> String {
 pub fn run(opts: &Options) -> Result<Report, String> {
     // Election jitter and lease ids come from this thread's seeded source: every host runs here.
     keel_store::raft::runtime::seed(opts.seed);
-    if !keel_store::plant::set(opts.plant.as_deref()) {
+    let simulated = opts.plant.as_deref().is_none_or(|p| keel_store::plant::NAMES.contains(&p));
+    if !simulated || !keel_store::plant::set(opts.plant.as_deref()) {
         return Err(format!("unknown bug to plant {:?}; known: {:?}", opts.plant, keel_store::plant::NAMES));
     }
     let mut sim = turmoil::Builder::new()

@@ -1,7 +1,8 @@
-//! Planted bugs, for proving that keel-chaos's checkers catch real mistakes. Compiled only with
-//! the `plant` feature (the chaos crate turns it on); without it, [`on`] is a constant `false`
-//! and the planted branches vanish. Nothing a client sends can turn one on: only code that links
-//! the store (the simulation) calls [`set`].
+//! Planted bugs, for proving that keel-chaos's checkers and the store's own race tests catch real
+//! mistakes. Compiled only with the `plant` feature (the chaos crate and the store's tests turn it
+//! on); without it, [`on`] is a constant `false` and the planted branches vanish. Nothing a client
+//! sends can turn one on: only code that links the store (the simulation, a test) calls [`set`],
+//! for its own thread.
 //!
 //! - `ack-before-commit`: a write is answered as soon as it is proposed, before it commits.
 //! - `stale-read`: a linearizable read skips the read barrier (a serializable read in disguise).
@@ -18,8 +19,15 @@
 //! - `restore-skips-tombstone`: a reopened store does not index a tombstone whose puts were
 //!   compacted away, so later compactions never drop it (etcd #19179, fixed by #19188).
 //! - `lease-expires-early`: a keep-alive renews a lease for half its TTL.
+//! - `restore-resumes-stale`: after a snapshot install, a synced watcher continues from the
+//!   revision it needed when it became synced, not from the first one it has not seen, so it is
+//!   sent events it already had, going back in time (etcd #15271: the restore moved synced
+//!   watchers to unsynced with a `minRev` that staying synced had never advanced, fixed by #15492).
+//! - `restore-repeats-last`: after a snapshot install, a synced watcher continues from the last
+//!   revision it was sent instead of the one after it, so that revision's events come twice (the
+//!   duplicated event of etcd #17247, seen around snapshot downloads).
 
-/// The bugs that can be planted.
+/// The bugs keel-chaos's simulation plants (and must catch).
 pub const NAMES: [&str; 9] = [
     "ack-before-commit",
     "stale-read",
@@ -32,6 +40,12 @@ pub const NAMES: [&str; 9] = [
     "lease-expires-early",
 ];
 
+/// The bugs only the in-process harness (store/tests/inproc) reaches: the simulation installs
+/// snapshots only on members that are not serving yet (a live member cut off catches up by log,
+/// because openraft does not purge a range a replication stream has in flight), so no watcher is
+/// ever there to be reset.
+pub const IN_PROCESS: [&str; 2] = ["restore-resumes-stale", "restore-repeats-last"];
+
 #[cfg(feature = "plant")]
 mod active {
     use std::cell::RefCell;
@@ -40,11 +54,12 @@ mod active {
         static PLANTED: RefCell<Option<&'static str>> = const { RefCell::new(None) };
     }
 
-    /// Plants `name` (one of [`super::NAMES`]) on this thread, or none; false for an unknown name.
+    /// Plants `name` (one of [`super::NAMES`] or [`super::IN_PROCESS`]) on this thread, or none;
+    /// false for an unknown name.
     pub fn set(name: Option<&str>) -> bool {
         let found = match name {
             None => None,
-            Some(n) => match super::NAMES.iter().find(|k| **k == n) {
+            Some(n) => match super::NAMES.iter().chain(&super::IN_PROCESS).find(|k| **k == n) {
                 Some(k) => Some(*k),
                 None => return false,
             },

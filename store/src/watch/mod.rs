@@ -809,7 +809,12 @@ impl Hub {
         let synced: Vec<u64> =
             g.watchers.iter().filter(|(_, w)| w.synced && w.next <= current).map(|(k, _)| *k).collect();
         for wk in synced {
-            let from = g.watchers[&wk].next.max(next);
+            let mut from = g.watchers[&wk].next.max(next);
+            if crate::plant::on("restore-resumes-stale") {
+                from = g.watchers[&wk].next;
+            } else if crate::plant::on("restore-repeats-last") {
+                from = g.watchers[&wk].next.max(next - 1);
+            }
             self.demote(&mut g, wk, from);
         }
         g.published = current;

@@ -5,13 +5,17 @@
 //! Each member is the real store ([`Member::start_with`]) on the in-memory engine, with its real
 //! peer service; peers reach each other over in-memory duplex pipes through the dialer's
 //! connector seam, so no port is taken. A stopped member's URL refuses connections, and its
-//! engine is kept so that it can start again where it was.
+//! engine is kept so that it can start again where it was. A member can also be cut off while it
+//! runs ([`Cluster::cut`]): its connections break and new ones are refused until it is healed.
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use keel_proto::etcdserverpb::{PutRequest, RangeRequest};
@@ -23,28 +27,43 @@ use keel_store::raft::network::{Connector, Dialer, PeerIo};
 use keel_store::raft::{Command, Proto, Reply};
 use keel_store::server;
 use parking_lot::Mutex;
-use tokio::io::DuplexStream;
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 
-/// The in-memory network: who listens at which peer URL authority (`m1:2380`).
+/// The in-memory network: who listens at which peer URL authority (`m1:2380`), who is cut off,
+/// and the connections open between members.
 #[derive(Default)]
 pub struct Net {
-    listening: Mutex<HashMap<String, mpsc::UnboundedSender<DuplexStream>>>,
+    listening: Mutex<HashMap<String, mpsc::UnboundedSender<Pipe>>>,
+    cut: Mutex<HashSet<String>>,
+    links: Mutex<Vec<Arc<Link>>>,
 }
 
 impl Net {
-    /// Opens connections to listening members; any other authority refuses.
-    pub fn connector(self: &Arc<Self>) -> Connector {
-        let net = self.clone();
+    /// Opens connections from `from` to listening members; an authority that nobody listens at,
+    /// or either end being cut off, refuses.
+    pub fn connector(self: &Arc<Self>, from: &str) -> Connector {
+        let (net, from) = (self.clone(), from.to_string());
         Arc::new(move |uri: http::Uri| {
             let to = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-            let listener = net.listening.lock().get(&to).cloned();
+            let cut = {
+                let cut = net.cut.lock();
+                cut.contains(&from) || cut.contains(&to)
+            };
+            let listener = if cut { None } else { net.listening.lock().get(&to).cloned() };
+            let link =
+                Arc::new(Link { ends: [from.clone(), to.clone()], alive: AtomicBool::new(true), ..Default::default() });
+            if listener.is_some() {
+                let mut links = net.links.lock();
+                links.retain(|l| l.alive.load(Ordering::Acquire));
+                links.push(link.clone());
+            }
             Box::pin(async move {
                 let refused = || io::Error::new(io::ErrorKind::ConnectionRefused, format!("nobody listens at {to}"));
                 let listener = listener.ok_or_else(refused)?;
                 let (client, server) = tokio::io::duplex(1 << 20);
-                listener.send(server).map_err(|_| refused())?;
-                Ok(Box::new(client) as Box<dyn PeerIo>)
+                listener.send(Pipe { io: server, link: link.clone() }).map_err(|_| refused())?;
+                Ok(Box::new(Pipe { io: client, link }) as Box<dyn PeerIo>)
             })
         })
     }
@@ -58,16 +77,87 @@ impl Net {
     fn unlisten(&self, authority: &str) {
         self.listening.lock().remove(authority);
     }
+
+    /// Cuts `authority` off: its open connections break, new ones are refused.
+    fn cut(&self, authority: &str) {
+        self.cut.lock().insert(authority.to_string());
+        for link in self.links.lock().iter().filter(|l| l.ends.iter().any(|e| e == authority)) {
+            link.alive.store(false, Ordering::Release);
+            for w in link.waiting.lock().drain(..) {
+                w.wake();
+            }
+        }
+    }
+
+    fn heal(&self, authority: &str) {
+        self.cut.lock().remove(authority);
+    }
+}
+
+/// A connection between two members, alive until either is cut off.
+#[derive(Default)]
+struct Link {
+    ends: [String; 2],
+    alive: AtomicBool,
+    /// Tasks waiting to read or write, woken when the link breaks.
+    waiting: Mutex<Vec<Waker>>,
+}
+
+/// One end of a [`Link`]: a duplex pipe that fails once the link is broken.
+pub struct Pipe {
+    io: DuplexStream,
+    link: Arc<Link>,
+}
+
+impl Pipe {
+    /// `Err` once the link is broken; else `poll`'s answer, remembering the task if it waits.
+    fn poll_alive<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: impl FnOnce(Pin<&mut DuplexStream>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if !self.link.alive.load(Ordering::Acquire) {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "cut off")));
+        }
+        let r = poll(Pin::new(&mut self.io), cx);
+        if r.is_pending() {
+            self.link.waiting.lock().push(cx.waker().clone());
+            if !self.link.alive.load(Ordering::Acquire) {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "cut off")));
+            }
+        }
+        r
+    }
+}
+
+impl AsyncRead for Pipe {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.poll_alive(cx, |io, cx| io.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Pipe {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_alive(cx, |io, cx| io.poll_write(cx, buf))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_alive(cx, |io, cx| io.poll_flush(cx))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// A member's end of the in-memory network.
 pub struct Listener {
-    incoming: mpsc::UnboundedReceiver<DuplexStream>,
+    incoming: mpsc::UnboundedReceiver<Pipe>,
     authority: String,
 }
 
 impl axum::serve::Listener for Listener {
-    type Io = DuplexStream;
+    type Io = Pipe;
     type Addr = String;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -153,7 +243,7 @@ impl Cluster {
         let cfg = self.config(i);
         let authority = self.nodes[i].authority();
         let listener = self.net.listen(&authority);
-        let dialer = Dialer::with_connector(self.net.connector());
+        let dialer = Dialer::with_connector(self.net.connector(&authority));
         let engine = Arc::new(self.nodes[i].engine.clone());
         let member = Member::start_with(&cfg, engine, dialer, SyncMode::Background).await.expect("member starts");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -173,6 +263,16 @@ impl Cluster {
         member.begin_shutdown();
         member.shutdown().await;
         let _ = tokio::time::timeout(DEADLINE, serving).await;
+    }
+
+    /// Cuts member `i` off from the others while it runs.
+    pub fn cut(&self, i: usize) {
+        self.net.cut(&self.nodes[i].authority());
+    }
+
+    /// Lets member `i` reach the others again.
+    pub fn heal(&self, i: usize) {
+        self.net.heal(&self.nodes[i].authority());
     }
 
     /// Stops every member.

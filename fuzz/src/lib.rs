@@ -128,7 +128,7 @@ pub fn client_request(data: &[u8]) -> bool {
             Ok(t) if validate::txn(&t, MAX_TXN_OPS).is_ok() => {
                 if kv::is_read_only(&t) {
                     let mvcc = seeded_store();
-                    let _ = kv::txn_read(&mut mvcc.read(), &t);
+                    let _ = kv::txn_read(&mvcc.read(), &t);
                     return true;
                 }
                 Command::Txn(Proto(t))

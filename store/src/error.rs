@@ -97,6 +97,12 @@ impl From<rocksdb::Error> for Error {
     }
 }
 
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e.to_string())
+    }
+}
+
 impl From<prost::DecodeError> for Error {
     fn from(e: prost::DecodeError) -> Self {
         Error::Corrupt(e.to_string())

@@ -52,7 +52,7 @@ use keel_proto::etcdserverpb::{
 use keel_proto::mvccpb::KeyValue;
 use keel_store::auth::Tokens;
 use keel_store::engine::{Engine, MemEngine};
-use keel_store::mvcc::{kv, Mvcc, View};
+use keel_store::mvcc::{keys, kv, Mvcc, View};
 use keel_store::raft::apply::{apply_command, EntryContext};
 use keel_store::raft::state_machine::dump;
 use keel_store::raft::{Command, Proto, Reply};
@@ -375,7 +375,8 @@ impl Harness {
             "install" => {
                 // The leader: this store's state, then N more writes.
                 let leader = Mvcc::open(Arc::new(MemEngine::new()) as Arc<dyn Engine>).unwrap();
-                leader.replace(dump(&self.mvcc).unwrap()).unwrap();
+                let marker = || (keys::sm_meta(keys::meta::INSTALLING), Vec::new());
+                leader.replace(dump(&self.mvcc).unwrap().into_iter().map(Ok), marker()).unwrap();
                 for i in 1..=words[1].parse::<u32>().unwrap() {
                     let mut batch = leader.apply(false);
                     let p =
@@ -383,7 +384,7 @@ impl Harness {
                     kv::put(&mut batch, &p).unwrap();
                     batch.commit(false).unwrap();
                 }
-                self.mvcc.replace(dump(&leader).unwrap()).unwrap();
+                self.mvcc.replace(dump(&leader).unwrap().into_iter().map(Ok), marker()).unwrap();
                 self.hub.reset();
                 vec![format!("rev={} compacted={}", self.mvcc.current_rev(), self.mvcc.compact_rev())]
             }

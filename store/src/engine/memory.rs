@@ -106,8 +106,8 @@ impl Reads for MemEngine {
 }
 
 impl Engine for MemEngine {
-    fn snapshot(&self) -> Box<dyn Reads + '_> {
-        Box::new(MemSnapshot(self.state.lock().live.clone()))
+    fn snapshot(&self) -> Arc<dyn Reads> {
+        Arc::new(MemSnapshot(self.state.lock().live.clone()))
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>> {

@@ -16,6 +16,9 @@ mod memory;
 mod rocks;
 mod sync;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 pub use memory::MemEngine;
 pub use rocks::RocksEngine;
 pub use sync::{SyncMode, SyncResult, Syncer};
@@ -67,8 +70,9 @@ pub trait Reads: Send + Sync {
 pub trait Engine: Reads + 'static {
     /// A point-in-time view: every write made before it was taken, none made after. Reading it
     /// takes no lock a writer waits for, and writes go on while it is held (RocksDB keeps the
-    /// versions it needs; the in-memory engine copies its map on the next write).
-    fn snapshot(&self) -> Box<dyn Reads + '_>;
+    /// versions it needs; the in-memory engine copies its map on the next write). It owns what
+    /// it reads from, so it may outlive the borrow it was taken through.
+    fn snapshot(&self) -> Arc<dyn Reads>;
     /// Every pair with `start <= key < end`, ascending, read from one consistent view.
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>>;
     /// The last pair with `start <= key < end`.
@@ -85,4 +89,9 @@ pub trait Engine: Reads + 'static {
     fn backend_size_in_use(&self) -> u64;
     /// Reclaims the space of deleted state-machine data, while reads and writes go on.
     fn defragment(&self) -> Result<()>;
+    /// Where large transient files go (snapshots being received from a leader), beside the
+    /// engine's data; `None` keeps them in memory (the in-memory engine).
+    fn spill_dir(&self) -> Option<PathBuf> {
+        None
+    }
 }

@@ -7,7 +7,7 @@
 //! count the log, and compacting the state machine never rewrites it. One write batch may touch
 //! both families and stays atomic.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{ColumnFamily, Direction, IteratorMode, Options, ReadOptions, WriteOptions, DB};
@@ -50,6 +50,30 @@ impl RocksEngine {
         self.db.property_int_value_cf(self.cf(&[keys::HISTORY]), name).ok().flatten().unwrap_or(0)
     }
 
+    /// Calls `f` on every pair with `start <= key < end`, ascending, until it returns false,
+    /// iterating with `open` (the database's iterator or a snapshot's).
+    fn visit<'a, I>(
+        &'a self,
+        start: &'a [u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        open: impl FnOnce(&'a ColumnFamily, ReadOptions, IteratorMode<'a>) -> I,
+    ) -> Result<()>
+    where
+        I: Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>,
+    {
+        if start >= end {
+            return Ok(());
+        }
+        for item in open(self.cf(start), Self::bounded(start, end), IteratorMode::From(start, Direction::Forward)) {
+            let (k, v) = item?;
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn bounded(start: &[u8], end: &[u8]) -> ReadOptions {
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(start.to_vec());
@@ -58,38 +82,27 @@ impl RocksEngine {
     }
 }
 
-/// A RocksDB snapshot: reads through it see the sequence number it was taken at.
-struct RocksSnapshot<'a> {
-    engine: &'a RocksEngine,
-    snapshot: rocksdb::Snapshot<'a>,
-}
+type DbSnapshot<'a> = rocksdb::Snapshot<'a>;
 
-impl Reads for RocksSnapshot<'_> {
+self_cell::self_cell!(
+    /// A RocksDB snapshot, with the database it reads kept open: reads through it see the
+    /// sequence number it was taken at.
+    struct RocksSnapshot {
+        owner: RocksEngine,
+        #[covariant]
+        dependent: DbSnapshot,
+    }
+);
+
+impl Reads for RocksSnapshot {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.snapshot.get_cf(self.engine.cf(key), key)?)
+        Ok(self.borrow_dependent().get_cf(self.borrow_owner().cf(key), key)?)
     }
 
     fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        if start >= end {
-            return Ok(());
-        }
-        let mode = IteratorMode::From(start, Direction::Forward);
-        visit(self.snapshot.iterator_cf_opt(self.engine.cf(start), RocksEngine::bounded(start, end), mode), f)
+        let snapshot = self.borrow_dependent();
+        self.borrow_owner().visit(start, end, f, |cf, ro, mode| snapshot.iterator_cf_opt(cf, ro, mode))
     }
-}
-
-/// Calls `f` on every pair `it` yields until it returns false.
-fn visit<'a>(
-    it: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a,
-    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-) -> Result<()> {
-    for item in it {
-        let (k, v) = item?;
-        if !f(&k, &v) {
-            break;
-        }
-    }
-    Ok(())
 }
 
 impl Reads for RocksEngine {
@@ -98,17 +111,18 @@ impl Reads for RocksEngine {
     }
 
     fn for_each(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        if start >= end {
-            return Ok(());
-        }
-        let mode = IteratorMode::From(start, Direction::Forward);
-        visit(self.db.iterator_cf_opt(self.cf(start), Self::bounded(start, end), mode), f)
+        self.visit(start, end, f, |cf, ro, mode| self.db.iterator_cf_opt(cf, ro, mode))
     }
 }
 
 impl Engine for RocksEngine {
-    fn snapshot(&self) -> Box<dyn Reads + '_> {
-        Box::new(RocksSnapshot { engine: self, snapshot: self.db.snapshot() })
+    /// Inside the database's directory (RocksDB leaves files it does not know alone).
+    fn spill_dir(&self) -> Option<PathBuf> {
+        Some(self.db.path().join("incoming-snapshots"))
+    }
+
+    fn snapshot(&self) -> Arc<dyn Reads> {
+        Arc::new(RocksSnapshot::new(self.clone(), |engine| engine.db.snapshot()))
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<Pair>> {

@@ -92,6 +92,9 @@ pub mod meta {
     pub const APPLIED: &str = "applied";
     /// The applied membership (bincode `StoredMembership`).
     pub const MEMBERSHIP: &str = "membership";
+    /// A snapshot install under way (bincode `Installing`, raft/state_machine.rs): present only
+    /// between an install's first engine batch and its last.
+    pub const INSTALLING: &str = "installing";
     /// The current revision (8 bytes BE).
     pub const REV: &str = "rev";
     /// The compacted revision (8 bytes BE).

@@ -351,13 +351,18 @@ fn check_txn(v: &impl View, t: &TxnRequest, path: &[bool]) -> Result<()> {
     check_path(v, t, path, &mut 0, Pass::Ranges)
 }
 
-/// Executes a txn's ops: a write transaction runs all of them; a read view only ever gets
-/// read-only txns (see [`is_read_only`]) and refuses anything else.
-trait Exec: View {
+/// Executes a txn's ops: a write transaction runs all of them; a read-only txn's planner (see
+/// [`txn_plan`]) finds its ranges in the index and refuses anything else.
+trait Exec {
+    fn range(&mut self, r: &RangeRequest) -> Result<RangeResponse>;
     fn write(&mut self, op: &request_op::Request) -> Result<response_op::Response>;
 }
 
 impl Exec for TxnWrite<'_, '_> {
+    fn range(&mut self, r: &RangeRequest) -> Result<RangeResponse> {
+        range(self, r)
+    }
+
     fn write(&mut self, op: &request_op::Request) -> Result<response_op::Response> {
         match op {
             request_op::Request::RequestPut(p) => Ok(response_op::Response::ResponsePut(put_op(self, p)?)),
@@ -370,9 +375,55 @@ impl Exec for TxnWrite<'_, '_> {
     }
 }
 
-impl Exec for super::ReadView<'_> {
+/// Plans a read-only txn's ranges under a view: each answers an empty placeholder, filled in
+/// when the values are loaded ([`PlannedTxn::load`]).
+struct Planner<'a, V> {
+    view: &'a V,
+    ranges: Vec<(Planned, RangeRequest)>,
+}
+
+impl<V: View> Exec for Planner<'_, V> {
+    fn range(&mut self, r: &RangeRequest) -> Result<RangeResponse> {
+        self.ranges.push((find(self.view, r)?, r.clone()));
+        Ok(RangeResponse::default())
+    }
+
     fn write(&mut self, _op: &request_op::Request) -> Result<response_op::Response> {
         Err(Error::Corrupt("a write reached the read-only txn path".into()))
+    }
+}
+
+/// A read-only Txn answered from the index, its values not loaded yet: they are loaded from an
+/// engine snapshot taken with the same view, after the view (and its lock) is gone.
+pub struct PlannedTxn {
+    resp: TxnResponse,
+    ranges: Vec<(Planned, RangeRequest)>,
+}
+
+impl PlannedTxn {
+    /// Loads the values of every range, in op order, into the response.
+    pub fn load(self, load: impl Fn(Rev) -> Result<KeyValue>) -> Result<TxnResponse> {
+        fn fill(
+            resp: &mut TxnResponse,
+            ranges: &mut impl Iterator<Item = (Planned, RangeRequest)>,
+            load: &dyn Fn(Rev) -> Result<KeyValue>,
+        ) -> Result<()> {
+            for op in &mut resp.responses {
+                match &mut op.response {
+                    Some(response_op::Response::ResponseRange(slot)) => {
+                        let (planned, r) =
+                            ranges.next().ok_or_else(|| Error::Corrupt("a range went unplanned".into()))?;
+                        *slot = self::load(planned, &r, load)?;
+                    }
+                    Some(response_op::Response::ResponseTxn(inner)) => fill(inner, ranges, load)?,
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        let PlannedTxn { mut resp, ranges } = self;
+        fill(&mut resp, &mut ranges.into_iter(), &load)?;
+        Ok(resp)
     }
 }
 
@@ -382,7 +433,7 @@ fn run_ops(x: &mut impl Exec, t: &TxnRequest, path: &[bool], at: &mut usize) -> 
     let mut responses = Vec::new();
     for op in if ok { &t.success } else { &t.failure } {
         let resp = match &op.request {
-            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(range(x, r)?),
+            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(x.range(r)?),
             Some(request_op::Request::RequestTxn(inner)) => {
                 let mut r = run_ops(x, inner, path, at)?;
                 r.header = Some(ResponseHeader::default());
@@ -420,14 +471,21 @@ pub fn txn(batch: &mut ApplyBatch, t: &TxnRequest) -> Result<TxnResponse> {
     Ok(resp)
 }
 
-/// Answers a read-only Txn from a read view.
-pub fn txn_read(v: &mut super::ReadView, t: &TxnRequest) -> Result<TxnResponse> {
+/// Answers a read-only Txn from the index of a view: comparisons, checks and every range's
+/// matches, at the view's revision; the values are loaded afterwards ([`PlannedTxn::load`]).
+pub fn txn_plan(v: &impl View, t: &TxnRequest) -> Result<PlannedTxn> {
     let mut path = Vec::new();
     compare_path(v, t, &mut path);
     check_txn(v, t, &path)?;
-    let mut resp = run_ops(v, t, &path, &mut 0)?;
+    let mut planner = Planner { view: v, ranges: Vec::new() };
+    let mut resp = run_ops(&mut planner, t, &path, &mut 0)?;
     resp.header = header(v.rev());
-    Ok(resp)
+    Ok(PlannedTxn { resp, ranges: planner.ranges })
+}
+
+/// Answers a read-only Txn from a view, values loaded through it.
+pub fn txn_read(v: &impl View, t: &TxnRequest) -> Result<TxnResponse> {
+    txn_plan(v, t)?.load(|rev| v.load(rev))
 }
 
 /// Compacts at the requested revision: it must be above the compacted one and not in the future.

@@ -82,7 +82,7 @@ pub struct Revision {
 }
 
 /// The stored value of a live revision, read from `r` (the engine, or a snapshot of it).
-fn load_from(r: &dyn Reads, rev: Rev) -> Result<KeyValue> {
+pub fn load_from(r: &dyn Reads, rev: Rev) -> Result<KeyValue> {
     decode_kv(rev, r.get(&keys::rev_key(rev, false))?)
 }
 
@@ -173,23 +173,52 @@ impl Mvcc {
 
     /// Replaces every state-machine pair with `pairs` (a snapshot being installed; a later pair
     /// wins over an earlier one with the same key) as one step readers cannot see halfway: the
-    /// synced engine write and the index rebuilt from it both happen under the state lock, so a
-    /// reader sees the old rows through the old index or the new through the new. On an error
-    /// the engine may hold the new data under the old index; the caller must stop.
-    pub fn replace(&self, pairs: impl IntoIterator<Item = crate::engine::Pair>) -> Result<()> {
+    /// engine writes and the index rebuilt from them all happen under the state lock, so a reader
+    /// sees the old rows through the old index or the new through the new (whole-state readers
+    /// take their engine snapshots under the lock too: [`Mvcc::engine_snapshot`]).
+    ///
+    /// The pairs are written in batches of about [`REPLACE_BATCH_BYTES`], not held whole: the
+    /// first batch clears the state and writes `marker`, the last (synced) removes it, so a crash
+    /// in between leaves the marker for start-up to finish the job. On an error the engine may
+    /// hold part of the new data under the old index; the caller must stop.
+    pub fn replace(
+        &self,
+        pairs: impl IntoIterator<Item = Result<crate::engine::Pair>>,
+        marker: crate::engine::Pair,
+    ) -> Result<()> {
+        let mut state = self.state.write();
         let mut batch = Batch::default();
         for p in keys::STATE_MACHINE {
             batch.delete_range(vec![p], keys::prefix_end(p));
         }
-        for (k, v) in pairs {
+        let marker_key = marker.0.clone();
+        batch.put(marker.0, marker.1);
+        let mut bytes = 0;
+        for pair in pairs {
+            let (k, v) = pair?;
+            bytes += k.len() + v.len();
             batch.put(k, v);
+            if bytes >= REPLACE_BATCH_BYTES {
+                self.engine.write(std::mem::take(&mut batch), false)?;
+                bytes = 0;
+            }
         }
-        let mut state = self.state.write();
+        batch.delete(marker_key);
         self.engine.write(batch, true)?;
         *state = load(&*self.engine)?;
         Ok(())
     }
+
+    /// A point-in-time view of the whole engine, taken under the state lock so that it never
+    /// falls inside a [`Mvcc::replace`]; it stays valid after the lock is released.
+    pub fn engine_snapshot(&self) -> Arc<dyn Reads> {
+        let _state = self.state.read();
+        self.engine.snapshot()
+    }
 }
+
+/// Bytes of pairs [`Mvcc::replace`] writes per engine batch.
+pub const REPLACE_BATCH_BYTES: usize = 16 << 20;
 
 /// Reads the whole in-memory state (index, leases, registry, auth, revisions) from `engine`.
 fn load(engine: &dyn Engine) -> Result<State> {
@@ -283,7 +312,7 @@ impl View for ReadView<'_> {
 impl<'a> ReadView<'a> {
     /// A point-in-time view of the engine that matches this view (no apply can interleave while
     /// the view holds the state lock); it stays valid after the view, and its lock, are gone.
-    pub fn engine_snapshot(&self) -> Box<dyn Reads + 'a> {
+    pub fn engine_snapshot(&self) -> Arc<dyn Reads> {
         self.engine.snapshot()
     }
 }
@@ -701,6 +730,47 @@ mod tests {
             b.commit(false).unwrap();
         });
         assert!(matches!(compacted, Err(Error::Compacted)), "{compacted:?}");
+    }
+
+    /// A read-only txn planned under a view and loaded after it from an engine snapshot of that
+    /// moment answers as of that moment, whatever was written and compacted in between.
+    #[test]
+    fn a_read_only_txn_loads_its_values_after_the_lock() {
+        use keel_proto::etcdserverpb::{request_op, RequestOp, TxnRequest};
+        let m = Mvcc::open(Arc::new(MemEngine::new())).unwrap();
+        put(&m, "a", "1");
+        put(&m, "b", "2");
+        let range = |key: &[u8], end: &[u8]| RequestOp {
+            request: Some(request_op::Request::RequestRange(RangeRequest {
+                key: key.to_vec().into(),
+                range_end: end.to_vec().into(),
+                ..Default::default()
+            })),
+        };
+        let inner = TxnRequest { success: vec![range(b"b", b"")], ..Default::default() };
+        let t = TxnRequest {
+            success: vec![
+                range(b"a", b"c"),
+                RequestOp { request: Some(request_op::Request::RequestTxn(inner)) },
+                range(b"a", b""),
+            ],
+            ..Default::default()
+        };
+        let want = kv::txn_read(&m.read(), &t).unwrap();
+        let (planned, snapshot) = {
+            let v = m.read();
+            (kv::txn_plan(&v, &t).unwrap(), v.engine_snapshot())
+        };
+        // Both values overwritten and their revisions compacted away before the load.
+        put(&m, "a", "x");
+        put(&m, "b", "y");
+        let mut b = m.apply(false);
+        let rev = b.current_rev();
+        kv::compact(&mut b, &CompactionRequest { revision: rev, ..Default::default() }).unwrap();
+        b.commit(false).unwrap();
+        let got = planned.load(|rev| load_from(&*snapshot, rev)).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(format!("{got:?}").matches("value: b\"1\"").count(), 2, "{got:?}");
     }
 
     #[test]

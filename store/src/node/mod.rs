@@ -435,7 +435,12 @@ impl Member {
 
     /// etcd's Hash: a checksum over every state-machine pair, read from one engine snapshot.
     pub fn hash(&self) -> Result<u32> {
-        crate::raft::state_machine::hash(&*self.engine.snapshot())
+        crate::raft::state_machine::hash(&*self.engine_snapshot())
+    }
+
+    /// A point-in-time view of the whole engine, never inside a snapshot install.
+    pub fn engine_snapshot(&self) -> Arc<dyn crate::engine::Reads> {
+        self.mvcc.engine_snapshot()
     }
 
     /// The watch hub this member's applies feed.

@@ -18,12 +18,12 @@ use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, Snaps
 use parking_lot::Mutex;
 
 use super::apply::{apply_command, is_deterministic, EntryContext};
-use super::snapshot_data::SnapshotData;
+use super::snapshot_data::{Built, SnapshotData};
 use super::{io_err, Applied, LogId, Reply, StorageError, TypeConfig};
 use crate::auth::Tokens;
 use crate::engine::{Pair, Reads};
 use crate::error::{Error, Result};
-use crate::mvcc::keys::meta::{APPLIED, MEMBERSHIP, REGISTRY};
+use crate::mvcc::keys::meta::{APPLIED, INSTALLING, MEMBERSHIP, REGISTRY};
 use crate::mvcc::{keys, Mvcc};
 use crate::watch::Hub;
 
@@ -35,11 +35,37 @@ struct AppliedState {
 }
 
 /// A snapshot: the state machine's keys (`keys::STATE_MACHINE` prefixes) at one applied log id,
-/// as one buffer that every reader of it shares.
+/// as the engine snapshot every reader of it encodes from.
 #[derive(Clone)]
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, openraft::BasicNode>,
-    data: Arc<Vec<u8>>,
+    data: Arc<Built>,
+}
+
+/// The install marker (`m installing`), written with the first engine batch of a snapshot install
+/// and removed with the last: if the process dies between them, start-up finishes the install
+/// from the spooled data before anything reads the state.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Installing {
+    /// The spool file; `None` for data held in memory (an engine with no spill directory, which
+    /// cannot outlive the process either).
+    file: Option<std::path::PathBuf>,
+    last: Option<LogId>,
+    membership: Membership,
+}
+
+/// Installs `data` as the whole state machine, with `last` and `membership` as its applied id
+/// and membership (they win over whatever the data carried), as one step readers cannot see
+/// halfway (see [`Mvcc::replace`]).
+fn install(mvcc: &Mvcc, data: &mut SnapshotData, last: Option<LogId>, membership: &Membership) -> Result<()> {
+    let marker = Installing { file: data.file().map(Into::into), last, membership: membership.clone() };
+    let marker = (keys::sm_meta(INSTALLING), bincode::serialize(&marker)?);
+    let mut own = Vec::new();
+    if let Some(l) = last {
+        own.push(Ok((keys::sm_meta(APPLIED), bincode::serialize(&l)?)));
+    }
+    own.push(Ok((keys::sm_meta(MEMBERSHIP), bincode::serialize(membership)?)));
+    mvcc.replace(data.pairs()?.chain(own), marker)
 }
 
 /// The state machine. Clones share state.
@@ -65,8 +91,23 @@ fn read_meta<T: serde::de::DeserializeOwned>(mvcc: &Mvcc, name: &str) -> Result<
 }
 
 impl StateMachine {
-    /// Opens the state machine over `mvcc`, reading the applied log id and membership.
+    /// Opens the state machine over `mvcc`, reading the applied log id and membership; first
+    /// finishes a snapshot install the process did not live to finish, and clears the spill
+    /// directory of snapshots that were being received.
     pub fn open(mvcc: Arc<Mvcc>) -> Result<Self> {
+        if let Some(i) = read_meta::<Installing>(&mvcc, INSTALLING)? {
+            let gone = || Error::Corrupt("a snapshot install was interrupted and its data is gone".into());
+            let mut data = SnapshotData::reopen(&i.file.ok_or_else(gone)?).map_err(|_| gone())?;
+            tracing::warn!("finishing a snapshot install that was interrupted");
+            install(&mvcc, &mut data, i.last, &i.membership)?;
+        }
+        if let Some(dir) = mvcc.engine().spill_dir() {
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for e in entries.flatten() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         let last = read_meta::<LogId>(&mvcc, APPLIED)?;
         let membership = read_meta::<Membership>(&mvcc, MEMBERSHIP)?.unwrap_or_default();
         Ok(Self {
@@ -165,25 +206,60 @@ impl StateMachine {
     }
 }
 
-/// Calls `f` on every state-machine pair `r` holds, in key order, until it returns false.
-pub fn for_each_pair(r: &dyn Reads, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-    let mut more = true;
-    for p in keys::STATE_MACHINE {
-        r.for_each(&[p], &keys::prefix_end(p), &mut |k, v| {
-            more = f(k, v);
+/// Where a walk over the state-machine pairs resumes: a prefix of `keys::STATE_MACHINE` and
+/// the first key to visit in it.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    prefix: usize,
+    key: Vec<u8>,
+}
+
+impl Resume {
+    /// The first state-machine pair.
+    pub fn start() -> Self {
+        Resume { prefix: 0, key: vec![keys::STATE_MACHINE[0]] }
+    }
+}
+
+/// Calls `f` on the state-machine pairs `r` holds from `from` on, in key order, until it returns
+/// false; returns where the walk would go on (after the pair `f` stopped at), or `None` once
+/// every pair was visited.
+pub fn for_each_pair_from(
+    r: &dyn Reads,
+    from: Resume,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<Option<Resume>> {
+    let Resume { prefix, mut key } = from;
+    for (i, p) in keys::STATE_MACHINE.iter().enumerate().skip(prefix) {
+        if i > prefix {
+            key = vec![*p];
+        }
+        let mut stopped = None;
+        r.for_each(&key, &keys::prefix_end(*p), &mut |k, v| {
+            let more = f(k, v);
+            if !more {
+                stopped = Some(k.to_vec());
+            }
             more
         })?;
-        if !more {
-            break;
+        if let Some(mut k) = stopped {
+            // The smallest key after the one `f` stopped at.
+            k.push(0);
+            return Ok(Some(Resume { prefix: i, key: k }));
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Calls `f` on every state-machine pair `r` holds, in key order, until it returns false.
+pub fn for_each_pair(r: &dyn Reads, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    for_each_pair_from(r, Resume::start(), f).map(|_| ())
 }
 
 /// Every state-machine pair, from one engine snapshot (each applied batch is one atomic engine
 /// write, so the pairs are one applied state).
 pub fn dump(mvcc: &Mvcc) -> Result<Vec<Pair>> {
-    dump_of(&*mvcc.engine().snapshot())
+    dump_of(&*mvcc.engine_snapshot())
 }
 
 /// Every state-machine pair `r` holds.
@@ -221,63 +297,15 @@ fn cut_of(r: &dyn Reads) -> Result<(Option<LogId>, Membership)> {
     Ok((last, membership.unwrap_or_default()))
 }
 
-/// The state-machine pairs of `r` as one bincode `Vec<Pair>` (what `install_snapshot`
-/// decodes), written straight from the engine: no list of pairs is built first.
-fn encode_pairs(r: &dyn Reads) -> Result<Vec<u8>> {
-    // bincode's default encoding: a u64 LE count, then each byte string as a u64 LE length and
-    // its bytes. The count is patched in at the end.
-    let mut out = vec![0; 8];
-    let mut count = 0u64;
-    for_each_pair(r, &mut |k, v| {
-        for s in [k, v] {
-            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-            out.extend_from_slice(s);
-        }
-        count += 1;
-        true
-    })?;
-    out[..8].copy_from_slice(&count.to_le_bytes());
-    Ok(out)
-}
-
-/// The pairs of snapshot data ([`encode_pairs`]), read one at a time from the buffer (no list of
-/// them is built): the whole buffer is checked first, so a truncated or malformed one is refused
-/// before anything is installed.
-fn decode_pairs(data: &[u8]) -> Result<impl Iterator<Item = Pair> + '_> {
-    let corrupt = || Error::Corrupt("malformed snapshot data".into());
-    let u64_at = |at: usize| -> Result<u64> {
-        let bytes = data.get(at..at.checked_add(8).ok_or_else(corrupt)?).ok_or_else(corrupt)?;
-        Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
-    };
-    let count = u64_at(0)?;
-    let mut at = 8usize;
-    for _ in 0..count.saturating_mul(2) {
-        let len = usize::try_from(u64_at(at)?).map_err(|_| corrupt())?;
-        at = at.checked_add(8).and_then(|a| a.checked_add(len)).filter(|end| *end <= data.len()).ok_or_else(corrupt)?;
-    }
-    if at != data.len() {
-        return Err(corrupt());
-    }
-    let mut at = 8;
-    let mut bytes = move || {
-        let len = u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes")) as usize;
-        at += 8 + len;
-        data[at - len..at].to_vec()
-    };
-    Ok((0..count).map(move |_| (bytes(), bytes())))
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     /// Runs beside `apply` (openraft builds snapshots in a task of their own): the data, the log
     /// id and the membership all come from one engine snapshot, so they describe the same
     /// applied state whatever was applied meanwhile; applies are not held up while it is read.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let read_err = |e: Error| io_err(e, ErrorSubject::StateMachine, ErrorVerb::Read);
-        let (last, membership, data) = {
-            let snapshot = self.mvcc.engine().snapshot();
-            let (last, membership) = cut_of(&*snapshot).map_err(read_err)?;
-            (last, membership, Arc::new(encode_pairs(&*snapshot).map_err(read_err)?))
-        };
+        let snapshot = self.mvcc.engine_snapshot();
+        let (last, membership) = cut_of(&*snapshot).map_err(read_err)?;
+        let data = Built::of(snapshot).map_err(read_err)?;
         let seq = {
             let mut s = self.snapshot_seq.lock();
             *s += 1;
@@ -289,7 +317,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id };
         *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data: data.clone() });
-        Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::shared(data)) })
+        Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::built(data)) })
     }
 }
 
@@ -316,7 +344,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
-        Ok(Box::new(SnapshotData::receiving()))
+        let spool = SnapshotData::receiving(self.mvcc.engine().spill_dir().as_deref());
+        Ok(Box::new(spool.map_err(|e| io_err(e, ErrorSubject::Snapshot(None), ErrorVerb::Write))?))
     }
 
     async fn install_snapshot(
@@ -325,24 +354,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
         let snap_err = |e: Error| io_err(e, ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write);
-        let data = snapshot.into_shared();
-        tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "installing a snapshot from the leader");
-        let pairs = decode_pairs(&data).map_err(snap_err)?;
-        // The snapshot's own applied id and membership win over whatever the data carried.
-        let mut own = Vec::new();
-        if let Some(l) = meta.last_log_id {
-            own.push((keys::sm_meta(APPLIED), bincode::serialize(&l).expect("log id serializes")));
-        }
-        let membership = bincode::serialize(&meta.last_membership).expect("membership serializes");
-        own.push((keys::sm_meta(MEMBERSHIP), membership));
+        let mut data = snapshot;
+        tracing::info!(snapshot = %meta.snapshot_id, data = ?data, "installing a snapshot from the leader");
         {
             let mut applied = self.applied.lock();
-            self.mvcc.replace(pairs.chain(own)).map_err(snap_err)?;
+            install(&self.mvcc, &mut data, meta.last_log_id, &meta.last_membership).map_err(snap_err)?;
             applied.last = meta.last_log_id;
             applied.membership = meta.last_membership.clone();
         }
+        drop(data);
         self.hub.reset();
-        *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data });
+        // The installed state is the snapshot (its own id and membership included): what this
+        // member sends on is read from it, and the received data is gone.
+        let built = Built::of(self.mvcc.engine_snapshot()).map_err(snap_err)?;
+        *self.snapshot.lock() = Some(StoredSnapshot { meta: meta.clone(), data: built });
         Ok(())
     }
 
@@ -351,7 +376,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .snapshot
             .lock()
             .clone()
-            .map(|s| Snapshot { meta: s.meta, snapshot: Box::new(SnapshotData::shared(s.data)) }))
+            .map(|s| Snapshot { meta: s.meta, snapshot: Box::new(SnapshotData::built(s.data)) }))
     }
 }
 
@@ -363,7 +388,7 @@ mod tests {
 
     use super::*;
     use crate::engine::MemEngine;
-    use crate::mvcc::kv;
+    use crate::mvcc::{kv, REPLACE_BATCH_BYTES};
     use crate::raft::{Command, Proto};
 
     /// Applies `cmd` as entry `index` of `term`, committing what it changed.
@@ -393,6 +418,20 @@ mod tests {
         StateMachine::open(Arc::new(Mvcc::open(Arc::new(MemEngine::new())).unwrap())).unwrap()
     }
 
+    /// A snapshot's bytes.
+    fn bytes(mut data: impl std::io::Read) -> Vec<u8> {
+        let mut b = Vec::new();
+        data.read_to_end(&mut b).unwrap();
+        b
+    }
+
+    /// `bytes` as a snapshot received from a leader (spooled in memory).
+    fn received(bytes: &[u8]) -> Box<SnapshotData> {
+        let mut d = SnapshotData::receiving(None).unwrap();
+        std::io::Write::write_all(&mut d, bytes).unwrap();
+        Box::new(d)
+    }
+
     /// Snapshots built while entries are applied (openraft runs both at once) must each be one
     /// cut: a member that installs one and applies the log after its log id ends up exactly where
     /// the leader is. A snapshot whose log id is older than its data would make it apply entries
@@ -414,14 +453,16 @@ mod tests {
         let mut builder = sm.clone();
         while !applying.is_finished() {
             let snap = builder.build_snapshot().await.unwrap();
-            snapshots.push((snap.meta, snap.snapshot.into_shared()));
+            snapshots.push((snap.meta, snap.snapshot));
         }
         applying.await.unwrap();
         let leader = dump(sm.mvcc()).unwrap();
         assert!(snapshots.len() > 1, "no snapshot was built during the applies");
-        for (meta, data) in snapshots.iter().step_by(snapshots.len() / 10 + 1) {
+        let step = snapshots.len() / 10 + 1;
+        for (meta, data) in snapshots.into_iter().step_by(step) {
+            let meta = &meta;
             let mut follower = memory_sm();
-            follower.install_snapshot(meta, Box::new(SnapshotData::shared(data.clone()))).await.unwrap();
+            follower.install_snapshot(meta, data).await.unwrap();
             let from = meta.last_log_id.map(|l| l.index).unwrap_or(0);
             for i in from + 1..=ENTRIES {
                 follower.apply([entry(i, log[i as usize - 1].clone())]).await.unwrap();
@@ -457,8 +498,8 @@ mod tests {
         let rev = src.mvcc().current_rev();
         src.apply([next(Command::Compact(Proto(CompactionRequest { revision: rev, physical: true })))]).await.unwrap();
         let empty = src.build_snapshot().await.unwrap();
-        let (full_meta, full) = (full.meta, full.snapshot.into_shared());
-        let (empty_meta, empty) = (empty.meta, empty.snapshot.into_shared());
+        let (full_meta, full) = (full.meta, bytes(full.snapshot));
+        let (empty_meta, empty) = (empty.meta, bytes(empty.snapshot));
 
         let sm = memory_sm();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -489,12 +530,88 @@ mod tests {
         let mut installer = sm.clone();
         for round in 0..40 {
             let (meta, data) = if round % 2 == 0 { (&full_meta, &full) } else { (&empty_meta, &empty) };
-            installer.install_snapshot(meta, Box::new(SnapshotData::shared(data.clone()))).await.unwrap();
+            installer.install_snapshot(meta, received(data)).await.unwrap();
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for r in readers {
             assert!(r.await.expect("a reader failed") > 0);
         }
+    }
+
+    /// An install the process did not live to finish (its first engine batches written, the
+    /// rest not) is finished at start-up from the spooled data: the state is the snapshot's, the
+    /// marker and the spool file are gone. Spool files of snapshots that were still being
+    /// received are removed; an interrupted install whose data is gone refuses to start.
+    #[tokio::test]
+    async fn an_interrupted_install_is_finished_at_start_up() {
+        use crate::engine::{Engine, RocksEngine};
+        // A leader's snapshot bigger than one engine batch of an install.
+        let mut source = memory_sm();
+        let value = vec![7u8; 100 << 10];
+        let n = (REPLACE_BATCH_BYTES / value.len() + 30) as u64;
+        let puts: Vec<_> = (1..=n)
+            .map(|i| {
+                let p = PutRequest {
+                    key: format!("k{i:04}").into_bytes().into(),
+                    value: value.clone().into(),
+                    ..Default::default()
+                };
+                entry(i, Command::Put(Proto(p)))
+            })
+            .collect();
+        source.apply(puts).await.unwrap();
+        let snap = source.build_snapshot().await.unwrap();
+        let (meta, data) = (snap.meta, bytes(snap.snapshot));
+        let want = dump(source.mvcc()).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let open = || -> Result<StateMachine> {
+            let engine: Arc<dyn Engine> = Arc::new(RocksEngine::open(&dir.path().join("db"))?);
+            StateMachine::open(Arc::new(Mvcc::open(engine)?))
+        };
+        let sm = open().unwrap();
+        let mut follower = sm.clone();
+        follower.apply([entry(1, put("old", "1"))]).await.unwrap();
+        let spill = sm.mvcc().engine().spill_dir().unwrap();
+        // A snapshot received and spooled, then an install that dies after its first batch.
+        let mut spooled = SnapshotData::receiving(Some(&spill)).unwrap();
+        std::io::Write::write_all(&mut spooled, &data).unwrap();
+        std::io::Write::flush(&mut spooled).unwrap();
+        let file = spooled.file().unwrap().to_path_buf();
+        let marker =
+            Installing { file: Some(file.clone()), last: meta.last_log_id, membership: meta.last_membership.clone() };
+        let marker = (keys::sm_meta(INSTALLING), bincode::serialize(&marker).unwrap());
+        let dies = spooled.pairs().unwrap().take(n as usize - 20).chain([Err(Error::Io("the process died".into()))]);
+        assert!(sm.mvcc().replace(dies, marker).is_err());
+        let engine = sm.mvcc().engine();
+        assert!(engine.get(&keys::sm_meta(INSTALLING)).unwrap().is_some(), "no batch of the install was written");
+        // The process dies: nothing is cleaned up.
+        std::mem::forget(spooled);
+        drop((sm, follower));
+        // And one more snapshot was being received.
+        let mut other = SnapshotData::receiving(Some(&spill)).unwrap();
+        std::io::Write::write_all(&mut other, b"partial").unwrap();
+        let other_file = other.file().unwrap().to_path_buf();
+        std::mem::forget(other);
+
+        let sm = open().unwrap();
+        assert!(dump(sm.mvcc()).unwrap() == want, "the install was not finished");
+        assert_eq!(sm.last_applied(), meta.last_log_id);
+        assert_eq!(sm.mvcc().current_rev(), source.mvcc().current_rev());
+        assert!(!file.exists() && !other_file.exists(), "spool files were left behind");
+        drop(sm);
+
+        // The marker of an interrupted install whose data is gone.
+        {
+            let sm = open().unwrap();
+            let marker =
+                Installing { file: Some(file), last: meta.last_log_id, membership: meta.last_membership.clone() };
+            let mut b = crate::engine::Batch::default();
+            b.put(keys::sm_meta(INSTALLING), bincode::serialize(&marker).unwrap());
+            sm.mvcc().engine().write(b, true).unwrap();
+        }
+        let refused = open().err().expect("a start with an install that cannot be finished");
+        assert!(refused.to_string().contains("its data is gone"), "{refused}");
     }
 
     /// A range limit at i64's largest value (one more tells `more`) answers like no limit, inside
@@ -523,31 +640,6 @@ mod tests {
         assert_eq!((r.kvs.len(), r.count, r.more), (2, 2, false));
         let r = kv::range(&mvcc.read(), &range).unwrap();
         assert_eq!((r.kvs.len(), r.count, r.more), (2, 2, false));
-    }
-
-    #[test]
-    fn snapshot_data_is_the_bincode_of_the_pairs() {
-        let mvcc = Mvcc::open(Arc::new(MemEngine::new())).expect("open a memory store");
-        let tokens = Tokens::new(Duration::from_secs(300));
-        for i in 1..=20u64 {
-            let put = PutRequest {
-                key: format!("k{i}").into_bytes().into(),
-                value: vec![i as u8; i as usize].into(),
-                ..Default::default()
-            };
-            apply_at(&mvcc, &tokens, i, 1, Command::Put(Proto(put))).unwrap();
-        }
-        let pairs = dump(&mvcc).unwrap();
-        let data = encode_pairs(&*mvcc.engine().snapshot()).unwrap();
-        assert_eq!(data, bincode::serialize(&pairs).unwrap());
-        assert_eq!(bincode::deserialize::<Vec<Pair>>(&data).unwrap(), pairs);
-        assert_eq!(decode_pairs(&data).unwrap().collect::<Vec<_>>(), pairs);
-        for cut in [0, 7, 8, data.len() - 1] {
-            assert!(decode_pairs(&data[..cut]).is_err(), "data cut at {cut} was taken");
-        }
-        let mut longer = data.clone();
-        longer.push(0);
-        assert!(decode_pairs(&longer).is_err(), "trailing bytes were taken");
     }
 
     #[test]

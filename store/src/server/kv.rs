@@ -107,11 +107,14 @@ impl Kv for KvService {
         validate::txn(&t, self.member.limits().max_txn_ops).map_err(status)?;
         if kv::is_read_only(&t) {
             let who = self.reader(&md, all_serializable(&t)).await?;
-            let mut resp = {
-                let mut view = self.member.read();
+            // The index is read under the state lock; the values from an engine snapshot of
+            // the same moment, after it (as a Range).
+            let (planned, snapshot) = {
+                let view = self.member.read();
                 auth::check_txn(view.auth(), &who, &t).map_err(|e| status(e.into()))?;
-                kv::txn_read(&mut view, &t).map_err(status)?
+                (kv::txn_plan(&view, &t).map_err(status)?, view.engine_snapshot())
             };
+            let mut resp = planned.load(|rev| crate::mvcc::load_from(&*snapshot, rev)).map_err(status)?;
             self.member.fill(&mut resp.header);
             return Ok(Response::new(resp));
         }

@@ -134,7 +134,7 @@ impl Maintenance for MaintenanceService {
                 let resp = SnapshotResponse { header, remaining_bytes, blob: blob.into() };
                 tx.blocking_send(Ok(resp)).is_ok()
             };
-            if let Err(e) = crate::snapshot::stream(&*m.engine().snapshot(), SNAPSHOT_CHUNK, send) {
+            if let Err(e) = crate::snapshot::stream(&*m.engine_snapshot(), SNAPSHOT_CHUNK, send) {
                 let _ = tx.blocking_send(Err(status(e)));
             }
         });

@@ -19,9 +19,10 @@
 //! 3. The MVCC state lock: exclusive for an applied batch ([`mvcc::Mvcc::apply`]) or an
 //!    installed snapshot ([`mvcc::Mvcc::replace`]), shared for reads. Apply publishes to the
 //!    hub only after it released this lock. Whole-store reads hold it only to take an engine
-//!    snapshot (and a Range to walk the index, a piece at a time): they read the engine
-//!    snapshot after releasing it, as do Hash, Maintenance.Snapshot and Raft snapshot builds,
-//!    which need no lock at all (every applied batch is one atomic engine write).
+//!    snapshot (and a Range or a read-only Txn to walk the index, a Range a piece at a time):
+//!    they read the engine snapshot after releasing it, as do Hash, Maintenance.Snapshot and
+//!    Raft snapshot builds and sends ([`mvcc::Mvcc::engine_snapshot`]; an install writes the
+//!    engine in several batches under this lock, so no engine snapshot may be taken without it).
 //! 4. Leaves, which take no other lock: the auth token table (taken under MVCC by Authenticate's
 //!    apply and by token checks), the engines' own locks and the sync thread's queue, the
 //!    proposal queue, ReadIndex rounds, the state machine's stored snapshot, peer channels, the

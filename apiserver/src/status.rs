@@ -43,9 +43,9 @@ impl fmt::Display for GroupKind<'_> {
 /// `metav1.Status`, fields in kube's order (`metadata` is always written, as `{}` when empty).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Status {
-    kind: &'static str,
+    kind: Named<KIND>,
     #[serde(rename = "apiVersion")]
-    api_version: &'static str,
+    api_version: Named<API_VERSION>,
     pub metadata: ListMeta,
     pub status: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -53,9 +53,23 @@ pub struct Status {
     #[serde(skip_serializing_if = "str::is_empty")]
     pub reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
     #[serde(skip_serializing_if = "is_zero")]
     pub code: u16,
+}
+
+const KIND: u8 = 0;
+const API_VERSION: u8 = 1;
+
+/// `kind` and `apiVersion`, always `Status` and `v1`: written, not stored (a Status travels in
+/// every error result, so it is kept small).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Named<const WHICH: u8>;
+
+impl<const WHICH: u8> Serialize for Named<WHICH> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if WHICH == KIND { "Status" } else { "v1" })
+    }
 }
 
 fn is_zero(code: &u16) -> bool {
@@ -99,13 +113,13 @@ impl Status {
     /// A failure with `code`, `reason` and `message`.
     pub fn failure(code: u16, reason: &'static str, message: impl Into<String>, details: Option<Details>) -> Self {
         Status {
-            kind: "Status",
-            api_version: "v1",
+            kind: Named,
+            api_version: Named,
             metadata: ListMeta::default(),
             status: "Failure",
             message: message.into(),
             reason,
-            details,
+            details: details.map(Box::new),
             code,
         }
     }

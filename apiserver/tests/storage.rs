@@ -1,10 +1,10 @@
 //! The storage layer against both stores it must run on: a keel member in this process, and a
 //! real etcd (3.4 in CI). Both must give the same answers.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
 
 use futures::StreamExt;
 use keel_apiserver::storage::compact::Round;
@@ -18,11 +18,6 @@ use keel_store::server;
 use tonic::transport::{Channel, Endpoint};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// A free port on 127.0.0.1.
-fn port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// A channel to `url` once the store there answers.
 async fn connect(url: &str) -> Channel {
@@ -42,7 +37,7 @@ async fn connect(url: &str) -> Channel {
 /// A keel member in this process, on the in-memory engine, serving its client API on a port of
 /// its own.
 async fn keel() -> (Storage, Arc<Member>) {
-    let peer = format!("http://127.0.0.1:{}", port());
+    let peer = format!("http://127.0.0.1:{}", common::port());
     let cfg = Config::parse_from([
         "keel",
         "--name",
@@ -63,38 +58,9 @@ async fn keel() -> (Storage, Arc<Member>) {
     (Storage::new(connect(&url).await), member)
 }
 
-/// A real etcd, killed (and its data removed) when dropped.
-struct Etcd {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn etcd() -> (Storage, Etcd) {
-    let dir = tempfile::tempdir().unwrap();
-    let (client, peer) = (format!("http://127.0.0.1:{}", port()), format!("http://127.0.0.1:{}", port()));
-    let mut cmd = Command::new("etcd");
-    cmd.args(["--data-dir", dir.path().join("data").to_str().unwrap(), "--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client, "--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("default={peer}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: prctl is async-signal-safe; the child dies with this test's thread.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().expect("etcd on PATH (scripts/deps.sh installs it)");
-    let etcd = Etcd { child, _dir: dir };
-    (Storage::new(connect(&client).await), etcd)
+async fn etcd() -> (Storage, common::Etcd) {
+    let etcd = common::etcd();
+    (Storage::new(connect(&etcd.url).await), etcd)
 }
 
 fn obj(s: &str) -> Vec<u8> {

@@ -96,6 +96,18 @@ impl Tls {
 }
 
 impl Side {
+    /// A side that only serves, with `server` (another server's TLS on keel's listeners, such
+    /// as keel-apiserver's): a verified client certificate's common name is the connection's
+    /// user. It dials nobody.
+    pub fn serving(server: Arc<ServerConfig>) -> Side {
+        let dial = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("the default protocol versions")
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth();
+        Side { server, dial: Arc::new(dial), cert_user: true }
+    }
+
     fn load(flags: &TlsFlags, fixtures: &Path, hosts: &[String], client_side: bool) -> Result<Option<Side>, String> {
         let prefix = if client_side { "" } else { "peer-" };
         let (cert_file, key_file, self_signed) = match (&flags.cert_file, &flags.key_file) {

@@ -1,0 +1,361 @@
+//! Discovery, generated from the resource table: `/version`, the legacy documents (`/api`,
+//! `/api/v1`, `/apis`, `/apis/<group>`, `/apis/<group>/<version>`) and aggregated discovery
+//! (`apidiscovery.k8s.io/v2`, answered when the client asks for it in `Accept`). Field order is
+//! kube's (its Go structs').
+
+use serde::Serialize;
+
+use crate::resources::{self, Resource};
+
+/// The Kubernetes version whose API is served (`k8s-openapi`'s `v1_33` types).
+pub const MAJOR: &str = "1";
+pub const MINOR: &str = "33";
+/// The oldest minor a 1.33 server stays compatible with (its default `minCompatibility`).
+const MIN_COMPATIBILITY_MINOR: &str = "32";
+/// The `gitVersion` reported: kube's form, with keel's build as the "+" metadata.
+pub const GIT_VERSION: &str = concat!("v1.33.0+keel-", env!("CARGO_PKG_VERSION"));
+
+/// The media type of aggregated discovery v2.
+pub const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// `version.Info` (`k8s.io/apimachinery/pkg/version`); kube writes it indented, without a
+/// trailing newline.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Version {
+    major: &'static str,
+    minor: &'static str,
+    emulation_major: &'static str,
+    emulation_minor: &'static str,
+    min_compatibility_major: &'static str,
+    min_compatibility_minor: &'static str,
+    git_version: &'static str,
+    git_commit: &'static str,
+    git_tree_state: &'static str,
+    build_date: &'static str,
+    go_version: &'static str,
+    compiler: &'static str,
+    platform: String,
+}
+
+pub fn version() -> Version {
+    Version {
+        major: MAJOR,
+        minor: MINOR,
+        emulation_major: MAJOR,
+        emulation_minor: MINOR,
+        min_compatibility_major: MAJOR,
+        min_compatibility_minor: MIN_COMPATIBILITY_MINOR,
+        git_version: GIT_VERSION,
+        git_commit: "",
+        git_tree_state: "",
+        build_date: "",
+        go_version: "",
+        compiler: "rustc",
+        platform: format!(
+            "{}/{}",
+            std::env::consts::OS,
+            if cfg!(target_arch = "x86_64") { "amd64" } else { std::env::consts::ARCH }
+        ),
+    }
+}
+
+/// Whether an `Accept` header asks for aggregated discovery v2 before anything else it takes.
+pub fn wants_aggregated(accept: &str) -> bool {
+    for media in accept.split(',') {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        let is = |p: &str| params.contains(&p);
+        if params[0] == "application/json"
+            && is("g=apidiscovery.k8s.io")
+            && is("v=v2")
+            && is("as=APIGroupDiscoveryList")
+        {
+            return true;
+        }
+        if matches!(params[0], "application/json" | "*/*" | "application/*") && params.len() == 1 {
+            return false;
+        }
+    }
+    false
+}
+
+#[derive(Serialize)]
+struct TypeMeta {
+    kind: &'static str,
+    #[serde(rename = "apiVersion", skip_serializing_if = "str::is_empty")]
+    api_version: &'static str,
+}
+
+/// `metav1.APIVersions` (`/api`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiVersions {
+    kind: &'static str,
+    versions: Vec<&'static str>,
+    server_address_by_client_cidrs: Vec<ServerAddress>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ServerAddress {
+    #[serde(rename = "clientCIDR")]
+    client_cidr: &'static str,
+    server_address: String,
+}
+
+/// `/api`: the core group's versions, and where clients reach the server.
+pub fn api(server_address: &str) -> ApiVersions {
+    ApiVersions {
+        kind: "APIVersions",
+        versions: vec!["v1"],
+        server_address_by_client_cidrs: vec![ServerAddress {
+            client_cidr: "0.0.0.0/0",
+            server_address: server_address.into(),
+        }],
+    }
+}
+
+/// `metav1.APIResource`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiResource {
+    name: &'static str,
+    singular_name: &'static str,
+    namespaced: bool,
+    kind: &'static str,
+    verbs: &'static [&'static str],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    short_names: &'static [&'static str],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    categories: &'static [&'static str],
+    storage_version_hash: String,
+}
+
+/// kube's `StorageVersionHash`: base64 of the first 8 bytes of the SHA-256 of the storage
+/// version's `group/version/kind` (the served version for every resource here).
+pub fn storage_version_hash(r: &Resource) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let sum = sha2::Sha256::digest(format!("{}/{}/{}", r.group, r.version, r.kind));
+    base64::engine::general_purpose::STANDARD.encode(&sum[..8])
+}
+
+/// `metav1.APIResourceList` (`/api/v1`, `/apis/<group>/<version>`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiResourceList {
+    #[serde(flatten)]
+    type_meta: TypeMeta,
+    group_version: String,
+    resources: Vec<ApiResource>,
+}
+
+fn api_resource(r: &'static Resource) -> ApiResource {
+    ApiResource {
+        name: r.plural,
+        singular_name: r.singular,
+        namespaced: r.namespaced,
+        kind: r.kind,
+        verbs: r.verbs,
+        short_names: r.short_names,
+        categories: r.categories,
+        storage_version_hash: storage_version_hash(r),
+    }
+}
+
+/// The resource list of a served group-version.
+pub fn resource_list(group: &str, version: &str) -> Option<ApiResourceList> {
+    let rs = resources::of(group, version);
+    let first = rs.first()?;
+    Some(ApiResourceList {
+        type_meta: TypeMeta { kind: "APIResourceList", api_version: if group.is_empty() { "" } else { "v1" } },
+        group_version: first.api_version(),
+        resources: rs.into_iter().map(api_resource).collect(),
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GroupVersion {
+    group_version: String,
+    version: &'static str,
+}
+
+/// `metav1.APIGroup`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiGroup {
+    #[serde(flatten)]
+    type_meta: TypeMeta,
+    name: &'static str,
+    versions: Vec<GroupVersion>,
+    preferred_version: GroupVersion,
+}
+
+fn group(name: &'static str, in_list: bool) -> Option<ApiGroup> {
+    let versions: Vec<_> = resources::group_versions().into_iter().filter(|(g, _)| *g == name).collect();
+    let gv = |v: &'static str| GroupVersion { group_version: format!("{name}/{v}"), version: v };
+    let preferred = gv(versions.first()?.1);
+    Some(ApiGroup {
+        type_meta: TypeMeta {
+            kind: if in_list { "" } else { "APIGroup" },
+            api_version: if in_list { "" } else { "v1" },
+        },
+        name,
+        versions: versions.into_iter().map(|(_, v)| gv(v)).collect(),
+        preferred_version: preferred,
+    })
+}
+
+/// `/apis/<group>`.
+pub fn api_group(name: &str) -> Option<ApiGroup> {
+    let name = resources::RESOURCES.iter().find(|r| r.group == name && !name.is_empty())?.group;
+    group(name, false)
+}
+
+/// `metav1.APIGroupList` (`/apis`).
+#[derive(Serialize)]
+pub struct ApiGroupList {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    groups: Vec<ApiGroup>,
+}
+
+pub fn api_groups() -> ApiGroupList {
+    let mut names: Vec<&'static str> =
+        resources::group_versions().into_iter().map(|(g, _)| g).filter(|g| !g.is_empty()).collect();
+    names.dedup();
+    ApiGroupList {
+        kind: "APIGroupList",
+        api_version: "v1",
+        groups: names.into_iter().filter_map(|g| group(g, true)).collect(),
+    }
+}
+
+// Aggregated discovery v2 (`k8s.io/api/apidiscovery/v2`).
+
+#[derive(Serialize)]
+struct ResponseKind {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceDiscovery {
+    resource: &'static str,
+    response_kind: ResponseKind,
+    scope: &'static str,
+    singular_resource: &'static str,
+    verbs: &'static [&'static str],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    short_names: &'static [&'static str],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    categories: &'static [&'static str],
+}
+
+#[derive(Serialize)]
+struct VersionDiscovery {
+    version: &'static str,
+    resources: Vec<ResourceDiscovery>,
+    freshness: &'static str,
+}
+
+#[derive(Serialize)]
+struct ObjectMeta {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: &'static str,
+    #[serde(rename = "creationTimestamp")]
+    creation_timestamp: Option<()>,
+}
+
+#[derive(Serialize)]
+struct GroupDiscovery {
+    metadata: ObjectMeta,
+    versions: Vec<VersionDiscovery>,
+}
+
+/// `APIGroupDiscoveryList`.
+#[derive(Serialize)]
+pub struct GroupDiscoveryList {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    items: Vec<GroupDiscovery>,
+}
+
+fn group_discovery(name: &'static str) -> GroupDiscovery {
+    let versions = resources::group_versions()
+        .into_iter()
+        .filter(|(g, _)| *g == name)
+        .map(|(g, v)| VersionDiscovery {
+            version: v,
+            resources: resources::of(g, v)
+                .into_iter()
+                .map(|r| ResourceDiscovery {
+                    resource: r.plural,
+                    // kube leaves a resource's own group and version out of its response kind.
+                    response_kind: ResponseKind { group: "", version: "", kind: r.kind },
+                    scope: if r.namespaced { "Namespaced" } else { "Cluster" },
+                    singular_resource: r.singular,
+                    verbs: r.verbs,
+                    short_names: r.short_names,
+                    categories: r.categories,
+                })
+                .collect(),
+            freshness: "Current",
+        })
+        .collect();
+    GroupDiscovery { metadata: ObjectMeta { name, creation_timestamp: None }, versions }
+}
+
+/// Aggregated discovery of the core group (`/api`) or of every other group (`/apis`).
+pub fn aggregated(core: bool) -> GroupDiscoveryList {
+    let mut names: Vec<&'static str> = resources::group_versions().into_iter().map(|(g, _)| g).collect();
+    names.dedup();
+    let items = names.into_iter().filter(|g| g.is_empty() == core).map(group_discovery).collect();
+    GroupDiscoveryList {
+        kind: "APIGroupDiscoveryList",
+        api_version: "apidiscovery.k8s.io/v2",
+        metadata: serde_json::Map::new(),
+        items,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::go_json;
+
+    #[test]
+    fn legacy_core_discovery_lists_the_table() {
+        let body = String::from_utf8(go_json(&resource_list("", "v1").unwrap())).unwrap();
+        assert!(body.starts_with(r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["create","delete","get","list","update"],"shortNames":["cm"],"storageVersionHash":"qFsyl6wFWjQ="}"#), "{body}");
+        assert!(resource_list("apps", "v1").is_none());
+    }
+
+    /// The hashes kube 1.33 serves (docs/apiserver-discovery.md §3).
+    #[test]
+    fn storage_version_hashes_are_kubes() {
+        let hash = |p: &str| storage_version_hash(resources::find("", "v1", p).unwrap());
+        assert_eq!(hash("configmaps"), "qFsyl6wFWjQ=");
+        assert_eq!(hash("namespaces"), "Q3oi5N2YM8M=");
+        assert_eq!(hash("secrets"), "S6u1pOWzb84=");
+    }
+
+    #[test]
+    fn aggregated_discovery_is_asked_for_by_accept() {
+        assert!(wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        ));
+        assert!(!wants_aggregated("application/json, */*"));
+        assert!(!wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+        ));
+        let body = String::from_utf8(go_json(&aggregated(true))).unwrap();
+        assert!(body.starts_with(r#"{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"creationTimestamp":null},"versions":[{"version":"v1","resources":[{"resource":"configmaps","responseKind":{"group":"","version":"","kind":"ConfigMap"},"scope":"Namespaced","singularResource":"configmap","verbs":["#), "{body}");
+    }
+}

@@ -1,0 +1,539 @@
+//! The generic registry: every verb of every resource in the table (`resources`), with
+//! kube-apiserver's semantics (`k8s.io/apiserver/pkg/registry/generic/registry/store.go` and the
+//! endpoint handlers): what each verb checks, changes and answers, and its errors.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{header, HeaderMap, Method, StatusCode};
+use serde_json::{Map, Value};
+
+use crate::meta;
+use crate::resources::{Deleted, Resource, Strategy};
+use crate::selector::{field_of, FieldSelector, LabelSelector};
+use crate::status::{self, Details, FieldError, FieldErrorType, GroupKind, GroupResource, Status};
+use crate::storage::{keys, At, ListOptions, Storage, StorageError, Stored};
+
+/// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`).
+pub const MAX_BODY_BYTES: usize = 3 << 20;
+
+/// What a request names under a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The collection, in a namespace or across all of them.
+    Collection {
+        namespace: Option<String>,
+    },
+    Object {
+        namespace: Option<String>,
+        name: String,
+    },
+}
+
+/// The store and where objects live in it.
+#[derive(Clone)]
+pub struct Api {
+    pub storage: Storage,
+    /// `--etcd-prefix`.
+    pub prefix: String,
+}
+
+/// An answer: a status code and a JSON body.
+pub fn json(code: StatusCode, body: Vec<u8>) -> http::Response<Body> {
+    http::Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("a response")
+}
+
+/// A kube Status as the answer.
+pub fn failure(s: Status) -> http::Response<Body> {
+    json(StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), s.to_json())
+}
+
+/// kube's answer to an error it did not expect (`InternalError`).
+pub fn internal(message: impl std::fmt::Display) -> Status {
+    let message = format!("Internal error occurred: {message}");
+    let details = Details {
+        causes: vec![status::Cause { reason: "", message: message.clone(), field: String::new() }],
+        ..Default::default()
+    };
+    Status::failure(500, "InternalError", message, Some(details))
+}
+
+impl Resource {
+    fn gr(&self) -> GroupResource<'static> {
+        GroupResource { group: self.group, resource: self.plural }
+    }
+
+    fn gk(&self) -> GroupKind<'static> {
+        GroupKind { group: self.group, kind: self.kind }
+    }
+
+    /// The fields its field selectors may name.
+    fn selectable(&self) -> &'static [&'static str] {
+        match self.strategy {
+            Strategy::Namespace => &["metadata.name", "status.phase"],
+            Strategy::Secret => &["metadata.name", "metadata.namespace", "type"],
+            Strategy::Plain if self.namespaced => &["metadata.name", "metadata.namespace"],
+            Strategy::Plain => &["metadata.name"],
+        }
+    }
+}
+
+fn storage_error(r: &Resource, name: &str, e: StorageError) -> Status {
+    match e {
+        StorageError::NotFound => status::not_found(r.gr(), name),
+        StorageError::AlreadyExists => status::already_exists(r.gr(), name),
+        StorageError::Conflict { .. } => status::conflict(r.gr(), name, status::OPTIMISTIC_LOCK),
+        StorageError::InvalidContinue(m) => status::bad_request(m),
+        StorageError::Expired { restart } => {
+            let mut s = status::expired(crate::storage::EXPIRED_CONTINUE);
+            s.metadata.continue_token = restart;
+            s
+        }
+        StorageError::Compacted => status::expired("too old resource version"),
+        StorageError::Store(s) => internal(s.message()),
+    }
+}
+
+/// A stored object as clients see it: `kind`, `apiVersion`, and its resourceVersion.
+fn shown(r: &Resource, stored: &Stored) -> Result<Value, Status> {
+    let mut v: Value =
+        serde_json::from_slice(&stored.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+    meta::set(&mut v, "resourceVersion", &stored.rev.to_string());
+    let Value::Object(m) = v else { return Err(internal("a stored object is not a JSON object")) };
+    Ok(r.with_type(m))
+}
+
+/// An object as stored: canonical, without its resourceVersion (the store's revision is).
+fn stored_bytes(mut v: Value) -> Vec<u8> {
+    meta::set(&mut v, "resourceVersion", "");
+    serde_json::to_vec(&v).expect("a value encodes")
+}
+
+fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
+    keys::object(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced), name)
+}
+
+/// Decodes a request body into an object of `r`: JSON only (kube also takes YAML and protobuf;
+/// keel does not yet), its `apiVersion`/`kind`, when given, those of the endpoint.
+fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes) -> Result<Value, Status> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    if media != "application/json" && media != "*/*" && !media.is_empty() {
+        let message =
+            "the body of the request was in an unknown format - accepted media types include: application/json";
+        return Err(Status::failure(415, "UnsupportedMediaType", message, None));
+    }
+    if body.len() > MAX_BODY_BYTES {
+        return Err(status::too_large("limit is 3145728"));
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?;
+    let Value::Object(m) = &v else {
+        return Err(status::bad_request("Object 'Kind' is missing in the request body"));
+    };
+    let given = |f: &str| m.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+    let (api_version, kind) = (given("apiVersion"), given("kind"));
+    if !api_version.is_empty() && api_version != r.api_version() {
+        return Err(status::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            r.api_version()
+        )));
+    }
+    if !kind.is_empty() && kind != r.kind {
+        return Err(status::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            r.kind
+        )));
+    }
+    let v = (r.canonical)(v).map_err(|e| status::bad_request(format!("{} in body is invalid: {e}", r.kind)))?;
+    Ok(v)
+}
+
+/// Query parameters (the last value of each).
+pub type Query = HashMap<String, String>;
+
+/// Serves one request for resource `r`.
+pub async fn serve(
+    api: &Api,
+    r: &'static Resource,
+    method: &Method,
+    target: Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> http::Response<Body> {
+    let verb = match (method, &target) {
+        (&Method::GET, Target::Collection { .. }) if is_true(query.get("watch")) => "watch",
+        (&Method::GET, Target::Collection { .. }) => "list",
+        (&Method::POST, Target::Collection { .. }) => "create",
+        (&Method::DELETE, Target::Collection { .. }) => "deletecollection",
+        (&Method::GET, Target::Object { .. }) => "get",
+        (&Method::PUT, Target::Object { .. }) => "update",
+        (&Method::PATCH, Target::Object { .. }) => "patch",
+        (&Method::DELETE, Target::Object { .. }) => "delete",
+        _ => return failure(status::method_not_supported(method.as_str(), r.gr())),
+    };
+    if !r.serves(verb) {
+        return failure(status::method_not_supported(verb, r.gr()));
+    }
+    let done = match target {
+        Target::Collection { namespace } => match verb {
+            "list" => list(api, r, namespace.as_deref(), query).await,
+            _ => create(api, r, namespace.as_deref(), headers, &body).await,
+        },
+        Target::Object { namespace, name } => match verb {
+            "get" => get(api, r, namespace.as_deref(), &name).await,
+            "update" => update(api, r, namespace.as_deref(), &name, headers, &body).await,
+            _ => delete(api, r, namespace.as_deref(), &name).await,
+        },
+    };
+    match done {
+        Ok((code, v)) => json(code, status::go_json(&v)),
+        Err(s) => failure(s),
+    }
+}
+
+fn is_true(v: Option<&String>) -> bool {
+    matches!(v.map(String::as_str), Some("true" | "1"))
+}
+
+type Answer = Result<(StatusCode, Value), Status>;
+
+async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Answer {
+    let stored = api.storage.get(&key(api, r, namespace, name)).await.map_err(|e| storage_error(r, name, e))?;
+    let stored = stored.ok_or_else(|| status::not_found(r.gr(), name))?;
+    Ok((StatusCode::OK, shown(r, &stored)?))
+}
+
+/// The namespace an object of `r` created at `namespace` must exist in (kube's
+/// NamespaceLifecycle admission): not found, or terminating, refuses the create.
+async fn check_namespace(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Result<(), Status> {
+    let Some(ns) = namespace.filter(|_| r.namespaced) else { return Ok(()) };
+    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
+    let found = api.storage.get(&key(api, namespaces, None, ns)).await.map_err(|e| storage_error(r, name, e))?;
+    let Some(found) = found else { return Err(status::not_found(namespaces.gr(), ns)) };
+    let v: Value = serde_json::from_slice(&found.value).unwrap_or_default();
+    if field_of(&v, "status.phase") == "Terminating" {
+        let message = format!(
+            "{} {} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            r.plural,
+            status::go_quote(name)
+        );
+        let details = Details {
+            name: name.into(),
+            group: r.group.into(),
+            kind: r.plural.into(),
+            causes: vec![status::Cause {
+                reason: "NamespaceTerminating",
+                message: format!("namespace {ns} is being terminated"),
+                field: "metadata.namespace".into(),
+            }],
+            ..Default::default()
+        };
+        return Err(Status::failure(403, "Forbidden", message, Some(details)));
+    }
+    Ok(())
+}
+
+/// Defaults a new object as `r`'s strategy does.
+fn prepare_create(r: &Resource, v: &mut Value) {
+    match r.strategy {
+        Strategy::Plain => {}
+        Strategy::Namespace => {
+            let name = meta::get(v, "name").to_string();
+            let labels = meta::metadata(v).entry("labels").or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(l) = labels {
+                l.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+            }
+            let o = v.as_object_mut().expect("an object");
+            o.insert("spec".into(), serde_json::json!({"finalizers": ["kubernetes"]}));
+            o.insert("status".into(), serde_json::json!({"phase": "Active"}));
+        }
+        Strategy::Secret => secret_defaults(v),
+    }
+}
+
+/// A secret's `type` defaults to Opaque; `stringData` goes into `data` (base64) and is dropped.
+fn secret_defaults(v: &mut Value) {
+    use base64::Engine as _;
+    let o = v.as_object_mut().expect("an object");
+    if o.get("type").and_then(Value::as_str).unwrap_or("").is_empty() {
+        o.insert("type".into(), Value::String("Opaque".into()));
+    }
+    if let Some(Value::Object(sd)) = o.remove("stringData") {
+        let data = o.entry("data").or_insert_with(|| Value::Object(Map::new()));
+        if !data.is_object() {
+            *data = Value::Object(Map::new());
+        }
+        let data = data.as_object_mut().expect("an object");
+        for (k, s) in sd {
+            let text = s.as_str().unwrap_or("").to_string();
+            data.insert(k, Value::String(base64::engine::general_purpose::STANDARD.encode(text)));
+        }
+    }
+}
+
+/// Checks a new object's namespace against the request's (kube's `rest.BeforeCreate`): taken
+/// from the path when empty, refused when different; cleared for cluster-scoped resources.
+fn namespace_of_new(r: &Resource, v: &mut Value, namespace: Option<&str>) -> Result<(), Status> {
+    if !r.namespaced {
+        meta::set(v, "namespace", "");
+        return Ok(());
+    }
+    let ns = namespace.unwrap_or("");
+    let given = meta::get(v, "namespace").to_string();
+    if given.is_empty() {
+        meta::set(v, "namespace", ns);
+    } else if given != ns {
+        return Err(status::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(())
+}
+
+async fn create(api: &Api, r: &Resource, namespace: Option<&str>, headers: &HeaderMap, body: &Bytes) -> Answer {
+    let mut v = decode(r, headers, body)?;
+    namespace_of_new(r, &mut v, namespace)?;
+    if meta::get(&v, "name").is_empty() && !meta::get(&v, "generateName").is_empty() {
+        let name = meta::generate_name(meta::get(&v, "generateName"));
+        meta::set(&mut v, "name", &name);
+    }
+    let errors = meta::name_errors(r.names, &v);
+    let name = meta::get(&v, "name").to_string();
+    if !errors.is_empty() {
+        return Err(status::invalid(r.gk(), &name, &errors));
+    }
+    check_namespace(api, r, namespace, &name).await?;
+    if !meta::get(&v, "resourceVersion").is_empty() {
+        return Err(internal("resourceVersion should not be set on objects to be created"));
+    }
+    meta::set(&mut v, "uid", &meta::uid());
+    meta::set(&mut v, "creationTimestamp", &meta::now());
+    for system in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        meta::metadata(&mut v).remove(system);
+    }
+    prepare_create(r, &mut v);
+    let rev = api
+        .storage
+        .create(&key(api, r, namespace, &name), stored_bytes(v.clone()), 0)
+        .await
+        .map_err(|e| storage_error(r, &name, e))?;
+    Ok((StatusCode::CREATED, shown(r, &Stored { value: stored_bytes(v), rev })?))
+}
+
+async fn update(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Answer {
+    let mut v = decode(r, headers, body)?;
+    let given = meta::get(&v, "name").to_string();
+    if given != name {
+        return Err(status::bad_request(format!(
+            "the name of the object ({given}) does not match the name on the URL ({name})"
+        )));
+    }
+    namespace_of_new(r, &mut v, namespace)?;
+    let k = key(api, r, namespace, name);
+    let old = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
+    let old = old.ok_or_else(|| status::not_found(r.gr(), name))?;
+    let old_v: Value =
+        serde_json::from_slice(&old.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+    // The resourceVersion the client read, if it gave one: the update applies to that version
+    // only. Without one, to the current version (the resources here allow unconditional updates).
+    let expected = match meta::get(&v, "resourceVersion") {
+        "" => old.rev,
+        rv => rv.parse::<i64>().map_err(|_| {
+            status::invalid(
+                r.gk(),
+                name,
+                &[FieldError::new(
+                    FieldErrorType::Invalid,
+                    "metadata.resourceVersion",
+                    Some(Value::String(rv.into())),
+                    "must be specified for an update",
+                )],
+            )
+        })?,
+    };
+    if expected != old.rev {
+        return Err(status::conflict(r.gr(), name, status::OPTIMISTIC_LOCK));
+    }
+    // What the server owns: the uid (taken when not given, refused when changed), the creation
+    // and deletion timestamps, and what the strategy keeps.
+    let mut errors = Vec::new();
+    let old_uid = meta::get(&old_v, "uid").to_string();
+    match meta::get(&v, "uid") {
+        "" => meta::set(&mut v, "uid", &old_uid),
+        u if u != old_uid => errors.push(FieldError::new(
+            FieldErrorType::Invalid,
+            "metadata.uid",
+            Some(Value::String(u.into())),
+            "field is immutable",
+        )),
+        _ => {}
+    }
+    for kept in ["creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+        let m = meta::metadata(&mut v);
+        match old_v.get("metadata").and_then(|om| om.get(kept)) {
+            Some(x) => m.insert(kept.into(), x.clone()),
+            None => m.remove(kept),
+        };
+    }
+    match r.strategy {
+        // A namespace's status is its status subresource's to change, and its finalizers the
+        // finalize subresource's.
+        Strategy::Namespace => {
+            let o = v.as_object_mut().expect("an object");
+            for part in ["spec", "status"] {
+                match old_v.get(part) {
+                    Some(x) => o.insert(part.into(), x.clone()),
+                    None => o.remove(part),
+                };
+            }
+        }
+        Strategy::Secret => secret_defaults(&mut v),
+        Strategy::Plain => {}
+    }
+    errors.extend(meta::name_errors(r.names, &v));
+    if !errors.is_empty() {
+        return Err(status::invalid(r.gk(), name, &errors));
+    }
+    if v.get("metadata") == old_v.get("metadata") && without_meta(&v) == without_meta(&old_v) {
+        // Nothing changed: kube writes nothing and answers the object as it is.
+        return Ok((StatusCode::OK, shown(r, &old)?));
+    }
+    let rev = api.storage.update(&k, stored_bytes(v.clone()), old.rev).await.map_err(|e| storage_error(r, name, e))?;
+    Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev })?))
+}
+
+fn without_meta(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Value::Object(o) = &mut v {
+        o.remove("metadata");
+        o.remove("kind");
+        o.remove("apiVersion");
+    }
+    v
+}
+
+async fn delete(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Answer {
+    let k = key(api, r, namespace, name);
+    if r.strategy == Strategy::Namespace {
+        // A namespace with finalizers is marked Terminating and kept until they are gone (the
+        // namespace controller's work).
+        let old = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
+        let old = old.ok_or_else(|| status::not_found(r.gr(), name))?;
+        let mut v: Value =
+            serde_json::from_slice(&old.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+        let finalizers = v.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        if finalizers {
+            if !meta::get(&v, "deletionTimestamp").is_empty() {
+                return Ok((StatusCode::OK, shown(r, &old)?));
+            }
+            meta::set(&mut v, "deletionTimestamp", &meta::now());
+            meta::metadata(&mut v).insert("deletionGracePeriodSeconds".into(), Value::from(0));
+            v["status"] = serde_json::json!({"phase": "Terminating"});
+            let rev = api
+                .storage
+                .update(&k, stored_bytes(v.clone()), old.rev)
+                .await
+                .map_err(|e| storage_error(r, name, e))?;
+            return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev })?));
+        }
+    }
+    let gone = api.storage.delete(&k, None).await.map_err(|e| storage_error(r, name, e))?;
+    match r.deleted {
+        Deleted::Object => Ok((StatusCode::OK, shown(r, &gone)?)),
+        Deleted::Status => {
+            let v: Value = serde_json::from_slice(&gone.value).unwrap_or_default();
+            let details = Details {
+                name: name.into(),
+                group: r.group.into(),
+                kind: r.plural.into(),
+                uid: meta::get(&v, "uid").into(),
+                ..Default::default()
+            };
+            Ok((StatusCode::OK, serde_json::to_value(Status::success(details)).expect("a status encodes")))
+        }
+    }
+}
+
+async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {
+    let labels = query.get("labelSelector").map(String::as_str).unwrap_or("");
+    let labels =
+        LabelSelector::parse(labels).map_err(|e| status::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = query.get("fieldSelector").map(String::as_str).unwrap_or("");
+    let fields = FieldSelector::parse(fields, r.selectable()).map_err(status::bad_request)?;
+    let limit: i64 = match query.get("limit") {
+        None => 0,
+        Some(l) => l.parse().map_err(|_| status::bad_request(format!("invalid limit: {l}")))?,
+    };
+    let at = match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => At::Latest,
+        Some(rv) => match query.get("resourceVersionMatch").map(String::as_str) {
+            Some("Exact") => {
+                At::Exact(rv.parse().map_err(|_| status::bad_request(format!("invalid resource version: {rv}")))?)
+            }
+            _ => At::Latest,
+        },
+    };
+    let prefix = keys::collection(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced));
+    let mut opts = ListOptions { limit: limit.max(0), continue_token: query.get("continue").cloned(), at };
+    let mut items = Vec::new();
+    // With selectors, pages are refilled until `limit` objects match or the list ends, as kube's
+    // store does; the continue token then points after the last object looked at.
+    let (rev, cont, remaining) = loop {
+        let page = api.storage.list(&prefix, &opts).await.map_err(|e| storage_error(r, "", e))?;
+        for (_, stored) in &page.items {
+            let v = shown(r, stored)?;
+            let labels_of = v.get("metadata").and_then(|m| m.get("labels"));
+            if labels.matches(labels_of) && fields.matches(|f| field_of(&v, f)) {
+                let Value::Object(mut m) = v else { continue };
+                m.remove("kind");
+                m.remove("apiVersion");
+                items.push(Value::Object(m));
+            }
+        }
+        let full = limit > 0 && items.len() as i64 >= limit;
+        match page.continue_token {
+            Some(t) if !full && (!labels.is_empty() || !fields.is_empty()) => {
+                opts = ListOptions { limit: opts.limit, continue_token: Some(t), at: opts.at };
+            }
+            t => break (page.rev, t, page.remaining.filter(|_| labels.is_empty() && fields.is_empty())),
+        }
+    };
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), Value::String(rev.to_string()));
+    if let Some(c) = cont {
+        metadata.insert("continue".into(), Value::String(c));
+    }
+    if let Some(n) = remaining {
+        metadata.insert("remainingItemCount".into(), Value::from(n));
+    }
+    let mut list = Map::new();
+    list.insert("kind".into(), Value::String(format!("{}List", r.kind)));
+    list.insert("apiVersion".into(), Value::String(r.api_version()));
+    list.insert("metadata".into(), Value::Object(metadata));
+    list.insert("items".into(), Value::Array(items));
+    Ok((StatusCode::OK, Value::Object(list)))
+}
+
+/// Creates namespace `name` unless it exists (the namespaces kube-apiserver makes at start).
+pub async fn ensure_namespace(api: &Api, name: &str) -> Result<(), Status> {
+    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
+    let body = Bytes::from(serde_json::to_vec(&serde_json::json!({"metadata": {"name": name}})).expect("a body"));
+    match create(api, namespaces, None, &HeaderMap::new(), &body).await {
+        Ok(_) => Ok(()),
+        Err(s) if s.reason == "AlreadyExists" => Ok(()),
+        Err(s) => Err(s),
+    }
+}

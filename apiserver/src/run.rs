@@ -1,0 +1,357 @@
+//! Starting keel-apiserver: its flags (kube-apiserver's names), the store it talks to (etcd
+//! servers, or a keel member started in this process), its TLS (given, or a CA and certificates
+//! made once in the data directory) and the admin kubeconfig it writes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::rest::Api;
+use crate::server::{self, Shared};
+use crate::storage::Storage;
+
+/// keel-apiserver's flags.
+#[derive(clap::Parser, Debug, Clone)]
+#[command(name = "keel-apiserver", version, about = "A Kubernetes API server on keel (or etcd)")]
+pub struct Flags {
+    /// etcd servers to use (comma-separated URLs); without them, a keel member runs in this
+    /// process with its data under --data-dir.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+    /// The prefix of every key in the store.
+    #[arg(long, default_value = "/registry")]
+    pub etcd_prefix: String,
+    /// How often the store is compacted (a Go duration: 5m, 1h30m; 0 turns it off).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub etcd_compaction_interval: Duration,
+    /// The port HTTPS is served on.
+    #[arg(long, default_value_t = 6443)]
+    pub secure_port: u16,
+    /// The address HTTPS is served on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: std::net::IpAddr,
+    /// The serving certificate (PEM); without it, one is made in the data directory.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's key (PEM).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CA that signs client certificates; without it, the CA made in the data directory.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Where the embedded store, the made certificates and the admin kubeconfig live.
+    #[arg(long, default_value = "keel-apiserver.data")]
+    pub data_dir: PathBuf,
+}
+
+/// A Go duration (`time.ParseDuration`): numbers with units h, m, s, ms, us, ns; `0` alone.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let bad = || format!("time: invalid duration {:?}", s);
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
+        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let secs = match &rest[..unit] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(bad()),
+        };
+        total += Duration::from_secs_f64(n * secs);
+        rest = &rest[unit..];
+    }
+    Ok(total)
+}
+
+/// A running keel-apiserver.
+pub struct Running {
+    /// Where HTTPS is served.
+    pub addr: SocketAddr,
+    /// The admin kubeconfig written at start.
+    pub kubeconfig: PathBuf,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    member: Option<Arc<keel_store::node::Member>>,
+}
+
+impl Running {
+    /// Stops serving, then the embedded member if there is one.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        if let Some(m) = self.member {
+            m.begin_shutdown();
+            m.shutdown().await;
+        }
+    }
+}
+
+/// A channel to the store at `url`, once it answers.
+async fn connect(url: &str) -> Result<Channel> {
+    let endpoint = Endpoint::from_shared(url.to_string())?.timeout(Duration::from_secs(30));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match endpoint.connect().await {
+            Ok(c) => return Ok(c),
+            Err(e) if tokio::time::Instant::now() > deadline => return Err(e).context(format!("connecting to {url}")),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Starts a single keel member on the data directory's store, serving its client API on a port
+/// of 127.0.0.1 the system picks; its URL.
+async fn embedded_member(dir: &Path) -> Result<(Arc<keel_store::node::Member>, String, tokio::task::JoinHandle<()>)> {
+    use keel_store::config::Config;
+    use keel_store::engine::{RocksEngine, SyncMode};
+    use keel_store::raft::network::Dialer;
+    let store_dir = dir.join("store");
+    std::fs::create_dir_all(&store_dir)?;
+    // A single member never dials its peer URL; the URL only names it in the membership.
+    let peer = "http://127.0.0.1:2380";
+    let cfg = Config::parse_from([
+        "keel",
+        "--name",
+        "keel-apiserver",
+        "--data-dir",
+        store_dir.to_str().context("a data directory path in UTF-8")?,
+        "--initial-cluster",
+        &format!("keel-apiserver={peer}"),
+        "--initial-advertise-peer-urls",
+        peer,
+    ])
+    .map_err(anyhow::Error::msg)?;
+    let engine = Arc::new(RocksEngine::open(&store_dir.join("db"))?);
+    let member = keel_store::node::Member::start_with(&cfg, engine, Dialer::default(), SyncMode::Background).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let router = keel_store::server::client_router(keel_store::server::Edge::new(member.clone()));
+    let serving = tokio::spawn(async move {
+        let _ = keel_store::server::serve_with(listener, router, std::future::pending()).await;
+    });
+    Ok((member, url, serving))
+}
+
+/// The PKI made once in `<data-dir>/pki`: a CA, the serving certificate and the admin's client
+/// certificate, all PEM.
+struct Pki {
+    ca: String,
+    serving: (String, String),
+    admin: (String, String),
+}
+
+fn pki(dir: &Path, hosts: &[String]) -> Result<Pki> {
+    let pki = dir.join("pki");
+    let read = |n: &str| std::fs::read_to_string(pki.join(n));
+    if let (Ok(ca), Ok(sc), Ok(sk), Ok(ac), Ok(ak)) =
+        (read("ca.crt"), read("apiserver.crt"), read("apiserver.key"), read("admin.crt"), read("admin.key"))
+    {
+        return Ok(Pki { ca, serving: (sc, sk), admin: (ac, ak) });
+    }
+    std::fs::create_dir_all(&pki)?;
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "keel-apiserver-ca");
+    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issue = |names: Vec<String>,
+                 cn: &str,
+                 org: Option<&str>,
+                 usage: rcgen::ExtendedKeyUsagePurpose|
+     -> Result<(String, String)> {
+        let key = rcgen::KeyPair::generate()?;
+        let mut p = rcgen::CertificateParams::new(names)?;
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        if let Some(o) = org {
+            p.distinguished_name.push(rcgen::DnType::OrganizationName, o);
+        }
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &ca_cert, &ca_key)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    let serving = issue(hosts.to_vec(), "keel-apiserver", None, rcgen::ExtendedKeyUsagePurpose::ServerAuth)?;
+    let admin =
+        issue(Vec::new(), "kubernetes-admin", Some("system:masters"), rcgen::ExtendedKeyUsagePurpose::ClientAuth)?;
+    for (name, pem) in [
+        ("ca.crt", ca_cert.pem()),
+        ("ca.key", ca_key.serialize_pem()),
+        ("apiserver.crt", serving.0.clone()),
+        ("apiserver.key", serving.1.clone()),
+        ("admin.crt", admin.0.clone()),
+        ("admin.key", admin.1.clone()),
+    ] {
+        write_private(&pki.join(name), pem.as_bytes())?;
+    }
+    Ok(Pki { ca: ca_cert.pem(), serving, admin })
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(path)?;
+    f.write_all(bytes)?;
+    Ok(())
+}
+
+fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<std::result::Result<Vec<_>, _>>()?;
+    if certs.is_empty() {
+        bail!("no certificate in PEM data");
+    }
+    Ok(certs)
+}
+
+/// The TLS server configuration: the serving certificate, and client certificates verified
+/// against the client CA (required: until authentication and authorization land, issue 11, a
+/// client the CA vouches for may do everything, and nobody else may do anything).
+fn tls_config(serving: (&str, &str), client_ca: &str) -> Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = keel_store::tls::provider();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs(client_ca)? {
+        roots.add(c)?;
+    }
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+    let key = PrivateKeyDer::from_pem_slice(serving.1.as_bytes()).context("the serving key")?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs(serving.0)?, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+fn kubeconfig(server: &str, ca: &str, admin: &(String, String)) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: keel
+  cluster:
+    server: {server}
+    certificate-authority-data: {}
+users:
+- name: admin
+  user:
+    client-certificate-data: {}
+    client-key-data: {}
+contexts:
+- name: keel
+  context:
+    cluster: keel
+    user: admin
+current-context: keel
+",
+        b64(ca),
+        b64(&admin.0),
+        b64(&admin.1)
+    )
+}
+
+/// The namespaces kube-apiserver makes at start.
+const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Starts keel-apiserver with `flags`: the store, then HTTPS; returns once it serves.
+pub async fn start(flags: &Flags) -> Result<Running> {
+    std::fs::create_dir_all(&flags.data_dir)?;
+    let mut tasks = Vec::new();
+    let (member, urls) = if flags.etcd_servers.is_empty() {
+        let (m, url, serving) = embedded_member(&flags.data_dir).await?;
+        tasks.push(serving);
+        (Some(m), vec![url])
+    } else {
+        (None, flags.etcd_servers.clone())
+    };
+    let channel = connect(&urls[0]).await?;
+    let storage = Storage::new(channel);
+    let api = Api { storage: storage.clone(), prefix: flags.etcd_prefix.trim_end_matches('/').to_string() };
+
+    let listener = tokio::net::TcpListener::bind((flags.bind_address, flags.secure_port)).await?;
+    let addr = listener.local_addr()?;
+    let host =
+        if flags.bind_address.is_unspecified() { "127.0.0.1".to_string() } else { flags.bind_address.to_string() };
+    let server_url = format!("https://{}", SocketAddr::new(host.parse()?, addr.port()));
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string(), host.clone()];
+    hosts.dedup();
+    let made = pki(&flags.data_dir, &hosts)?;
+    let serving = match (&flags.tls_cert_file, &flags.tls_private_key_file) {
+        (Some(c), Some(k)) => (std::fs::read_to_string(c)?, std::fs::read_to_string(k)?),
+        (None, None) => made.serving.clone(),
+        _ => bail!("--tls-cert-file and --tls-private-key-file must be given together"),
+    };
+    let client_ca = match &flags.client_ca_file {
+        Some(f) => std::fs::read_to_string(f)?,
+        None => made.ca.clone(),
+    };
+    let tls = tls_config((&serving.0, &serving.1), &client_ca)?;
+    let kubeconfig_path = flags.data_dir.join("kubeconfig");
+    let ca_for_clients = if flags.tls_cert_file.is_some() { String::new() } else { made.ca.clone() };
+    write_private(&kubeconfig_path, kubeconfig(&server_url, &ca_for_clients, &made.admin).as_bytes())?;
+
+    let shared = Arc::new(Shared { api: api.clone(), address: format!("{host}:{}", addr.port()) });
+    // The store may still be starting (an etcd that listens before it serves): retried.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    for ns in SYSTEM_NAMESPACES {
+        while let Err(s) = crate::rest::ensure_namespace(&api, ns).await {
+            if tokio::time::Instant::now() > deadline {
+                bail!("creating namespace {ns}: {}", s.message);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    if !flags.etcd_compaction_interval.is_zero() {
+        tasks.push(tokio::spawn(storage.clone().compact_every(flags.etcd_compaction_interval)));
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let incoming = keel_store::tls::Incoming::new(listener, Some(&keel_store::tls::Side::serving(Arc::new(tls))))?;
+    let router = server::router(shared);
+    tasks.push(tokio::spawn(async move {
+        let mut stopped = stopped;
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let _ = keel_store::server::serve_with(incoming, router, shutdown).await;
+    }));
+    tracing::info!(%addr, kubeconfig = %kubeconfig_path.display(), "keel-apiserver serving");
+    Ok(Running { addr, kubeconfig: kubeconfig_path, stop, tasks, member })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_go_parses_them() {
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("5"), Err("time: invalid duration \"5\"".to_string()));
+        assert!(parse_duration("").is_err() && parse_duration("m").is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! Label and field selectors, with kube's grammar and matching rules (`k8s.io/apimachinery`
+//! `labels.Parse` and `fields.ParseSelector`).
+
+use serde_json::Value;
+
+/// One label requirement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Label {
+    Exists(String),
+    NotExists(String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Gt(String, i64),
+    Lt(String, i64),
+}
+
+/// A label selector: every requirement must hold. The empty selector selects everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector(Vec<Label>);
+
+/// Splits `s` on commas outside parentheses.
+fn requirements(s: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+fn key(k: &str) -> Result<String, String> {
+    let k = k.trim();
+    if k.is_empty() {
+        return Err("found '', expected: identifier".into());
+    }
+    if k.contains(|c: char| c.is_whitespace() || "=!()<>,".contains(c)) {
+        return Err(format!("unable to parse requirement: invalid label key {k:?}"));
+    }
+    Ok(k.to_string())
+}
+
+fn value(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if v.contains(|c: char| c.is_whitespace() || "=!()<>,".contains(c)) {
+        return Err(format!("unable to parse requirement: invalid label value: {v:?}"));
+    }
+    Ok(v.to_string())
+}
+
+fn set(s: &str) -> Result<Vec<String>, String> {
+    let s = s.trim();
+    let inner =
+        s.strip_prefix('(').and_then(|s| s.strip_suffix(')')).ok_or_else(|| format!("found '{s}', expected: '('"))?;
+    inner.split(',').map(value).collect()
+}
+
+impl LabelSelector {
+    /// Parses a `labelSelector` query value; the error is kube's (without its field prefix).
+    pub fn parse(s: &str) -> Result<LabelSelector, String> {
+        if s.trim().is_empty() {
+            return Ok(LabelSelector::default());
+        }
+        let mut reqs = Vec::new();
+        for r in requirements(s) {
+            let r = r.trim();
+            let req = if let Some(k) = r.strip_prefix('!') {
+                Label::NotExists(key(k)?)
+            } else if let Some((k, v)) = r.split_once("!=") {
+                Label::NotIn(key(k)?, vec![value(v)?])
+            } else if let Some((k, v)) = r.split_once("==").or_else(|| r.split_once('=')) {
+                Label::In(key(k)?, vec![value(v)?])
+            } else if let Some((k, v)) = r.split_once('>') {
+                Label::Gt(
+                    key(k)?,
+                    v.trim()
+                        .parse()
+                        .map_err(|_| format!("for 'Gt', 'Lt' operators, the value must be an integer: {}", v.trim()))?,
+                )
+            } else if let Some((k, v)) = r.split_once('<') {
+                Label::Lt(
+                    key(k)?,
+                    v.trim()
+                        .parse()
+                        .map_err(|_| format!("for 'Gt', 'Lt' operators, the value must be an integer: {}", v.trim()))?,
+                )
+            } else if let Some(i) = r.find(" notin ").or_else(|| r.find(" notin(")) {
+                Label::NotIn(key(&r[..i])?, set(&r[i + " notin".len()..])?)
+            } else if let Some(i) = r.find(" in ").or_else(|| r.find(" in(")) {
+                Label::In(key(&r[..i])?, set(&r[i + " in".len()..])?)
+            } else {
+                Label::Exists(key(r)?)
+            };
+            reqs.push(req);
+        }
+        Ok(LabelSelector(reqs))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether an object with `labels` (its `metadata.labels`) is selected.
+    pub fn matches(&self, labels: Option<&Value>) -> bool {
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.0.iter().all(|r| match r {
+            Label::Exists(k) => get(k).is_some(),
+            Label::NotExists(k) => get(k).is_none(),
+            Label::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+            Label::NotIn(k, vs) => get(k).is_none_or(|v| vs.iter().all(|x| x != v)),
+            Label::Gt(k, n) => get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
+            Label::Lt(k, n) => get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+        })
+    }
+}
+
+/// A field selector: `field=value`, `field==value` or `field!=value` terms, all of which must
+/// hold, over the fields a resource supports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    /// Parses a `fieldSelector` query value against the supported `fields`; the error is kube's.
+    pub fn parse(s: &str, fields: &[&str]) -> Result<FieldSelector, String> {
+        let mut terms = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(FieldSelector::default());
+        }
+        for t in s.split(',') {
+            let (f, eq, v) = if let Some((f, v)) = t.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+                (f, true, v)
+            } else {
+                return Err(format!("invalid selector: '{s}'; can't understand '{t}'"));
+            };
+            let f = f.trim();
+            if !fields.contains(&f) {
+                return Err(format!("field label not supported: {f}"));
+            }
+            terms.push((f.to_string(), eq, v.trim().to_string()));
+        }
+        Ok(FieldSelector(terms))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether an object whose supported fields read as `field` gives them is selected.
+    pub fn matches(&self, field: impl Fn(&str) -> String) -> bool {
+        self.0.iter().all(|(f, eq, v)| (field(f) == *v) == *eq)
+    }
+}
+
+/// The value of a dotted field path (`metadata.name`, `status.phase`) in `obj`, empty if absent.
+pub fn field_of(obj: &Value, path: &str) -> String {
+    let mut v = obj;
+    for p in path.split('.') {
+        match v.get(p) {
+            Some(x) => v = x,
+            None => return String::new(),
+        }
+    }
+    v.as_str().map(str::to_string).unwrap_or_else(|| if v.is_null() { String::new() } else { v.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn label_selectors_parse_and_match_as_kube() {
+        let labels = json!({"app": "web", "tier": "front", "n": "5"});
+        let m = |s: &str| LabelSelector::parse(s).unwrap().matches(Some(&labels));
+        assert!(m(""));
+        assert!(m("app=web") && m("app==web") && m("app = web"));
+        assert!(!m("app=db") && m("app!=db") && m("missing!=x"));
+        assert!(m("app in (web, db)") && !m("app notin (web)") && m("missing notin (x)"));
+        assert!(m("app,tier=front") && !m("app,!tier") && m("!missing"));
+        assert!(m("n>4") && !m("n<5") && !m("missing>1"));
+        assert!(!LabelSelector::parse("app=web").unwrap().matches(None));
+        for bad in ["a b=c", "app in web", "n>x", "=x"] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} taken");
+        }
+    }
+
+    #[test]
+    fn field_selectors_know_their_fields() {
+        let obj = json!({"metadata": {"name": "a", "namespace": "ns"}, "status": {"phase": "Active"}});
+        let fields = ["metadata.name", "metadata.namespace"];
+        let sel = FieldSelector::parse("metadata.name=a,metadata.namespace!=other", &fields).unwrap();
+        assert!(sel.matches(|f| field_of(&obj, f)));
+        assert!(!FieldSelector::parse("metadata.name==b", &fields).unwrap().matches(|f| field_of(&obj, f)));
+        assert_eq!(FieldSelector::parse("spec.x=1", &fields).unwrap_err(), "field label not supported: spec.x");
+        assert_eq!(field_of(&obj, "status.phase"), "Active");
+    }
+}

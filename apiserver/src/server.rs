@@ -1,0 +1,193 @@
+//! The HTTP surface: kube's paths, routed to discovery, health checks and the generic registry.
+//! Anything else answers kube's 404 Status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::routing::get;
+use axum::Router;
+use http::{header, Method, StatusCode};
+
+use crate::discovery;
+use crate::resources;
+use crate::rest::{self, Api, Query, Target};
+use crate::status;
+
+/// What the handlers share.
+pub struct Shared {
+    pub api: Api,
+    /// The address clients reach this server at (`/api`'s `serverAddressByClientCIDRs`).
+    pub address: String,
+}
+
+/// How long a health check waits for the store.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/version", get(|| async { pretty(&discovery::version()) }))
+        .route("/livez", get(|| async { text(StatusCode::OK, "ok") }))
+        .route("/healthz", get(health))
+        .route("/readyz", get(health))
+        .fallback(dispatch)
+        .with_state(shared)
+}
+
+fn text(code: StatusCode, body: &str) -> http::Response<Body> {
+    http::Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header("X-Content-Type-Options", "nosniff")
+        .body(Body::from(body.to_string()))
+        .expect("a response")
+}
+
+fn doc(value: &impl serde::Serialize, content_type: &str) -> http::Response<Body> {
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(status::go_json(value)))
+        .expect("a response")
+}
+
+/// JSON indented as Go's `MarshalIndent` writes it (kube's `/version`), no trailing newline.
+fn pretty(value: &impl serde::Serialize) -> http::Response<Body> {
+    let body = serde_json::to_vec_pretty(value).expect("a value encodes");
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("a response")
+}
+
+/// Aggregated discovery, with the headers kube sends with it.
+fn aggregated(core: bool) -> http::Response<Body> {
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, discovery::AGGREGATED)
+        .header(header::VARY, "Accept")
+        .header(header::CACHE_CONTROL, "public")
+        .body(Body::from(status::go_json(&discovery::aggregated(core))))
+        .expect("a response")
+}
+
+/// `/healthz` and `/readyz`: ok while the store answers (kube's `etcd` check).
+async fn health(State(s): State<Arc<Shared>>) -> http::Response<Body> {
+    let key = format!("{}/health", s.api.prefix);
+    let probe = s.api.storage.get(&key);
+    match tokio::time::timeout(HEALTH_TIMEOUT, probe).await {
+        Ok(Ok(_)) => text(StatusCode::OK, "ok"),
+        _ => text(StatusCode::INTERNAL_SERVER_ERROR, "[-]etcd failed: reason withheld\nhealthz check failed\n"),
+    }
+}
+
+fn query_of(uri: &http::Uri) -> Query {
+    let q = uri.query().unwrap_or("");
+    form_urlencoded::parse(q.as_bytes()).into_owned().collect()
+}
+
+/// Every kube path: discovery documents and resources.
+async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<Body> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().trim_end_matches('/').to_string();
+    let segs: Vec<String> = path.split('/').skip(1).map(percent_decode).collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let read = parts.method == Method::GET;
+    // Discovery documents.
+    match segs.as_slice() {
+        ["api"] if read => {
+            return if discovery::wants_aggregated(accept) {
+                aggregated(true)
+            } else {
+                doc(&discovery::api(&s.address), "application/json")
+            };
+        }
+        ["apis"] if read => {
+            return if discovery::wants_aggregated(accept) {
+                aggregated(false)
+            } else {
+                doc(&discovery::api_groups(), "application/json")
+            };
+        }
+        ["api", "v1"] if read => return found(discovery::resource_list("", "v1")),
+        ["apis", g] if read => return found(discovery::api_group(g)),
+        ["apis", g, v] if read => return found(discovery::resource_list(g, v)),
+        _ => {}
+    }
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return rest::failure(status::no_such_resource()),
+    };
+    let Some((resource, target)) = route(group, version, rest) else {
+        return rest::failure(status::no_such_resource());
+    };
+    let body = match axum::body::to_bytes(body, rest::MAX_BODY_BYTES + 1).await {
+        Ok(b) => b,
+        Err(_) => return rest::failure(status::too_large("limit is 3145728")),
+    };
+    let query = query_of(&parts.uri);
+    rest::serve(&s.api, resource, &parts.method, target, &query, &parts.headers, body).await
+}
+
+fn found<T: serde::Serialize>(d: Option<T>) -> http::Response<Body> {
+    match d {
+        Some(d) => doc(&d, "application/json"),
+        None => rest::failure(status::no_such_resource()),
+    }
+}
+
+/// The resource and target of a path under a group-version: `<plural>`, `<plural>/<name>`,
+/// `namespaces/<ns>/<plural>`, `namespaces/<ns>/<plural>/<name>` (subresources are not served).
+fn route(group: &str, version: &str, rest: &[&str]) -> Option<(&'static resources::Resource, Target)> {
+    let find = |plural: &str| resources::find(group, version, plural);
+    match rest {
+        ["namespaces", ns, plural, tail @ ..] if find(plural).is_some_and(|r| r.namespaced) => {
+            let r = find(plural)?;
+            let namespace = Some(ns.to_string());
+            match tail {
+                [] => Some((r, Target::Collection { namespace })),
+                [name] => Some((r, Target::Object { namespace, name: name.to_string() })),
+                _ => None,
+            }
+        }
+        [plural] => Some((find(plural)?, Target::Collection { namespace: None })),
+        [plural, name] => {
+            let r = find(plural)?;
+            (!r.namespaced).then(|| (r, Target::Object { namespace: None, name: name.to_string() }))
+        }
+        _ => None,
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_route_as_kube_routes_them() {
+        let r = |p: &[&str]| route("", "v1", p).map(|(r, t)| (r.plural, t));
+        let ns = |n: &str| Some(n.to_string());
+        assert_eq!(r(&["configmaps"]), Some(("configmaps", Target::Collection { namespace: None })));
+        assert_eq!(
+            r(&["namespaces", "a", "configmaps"]),
+            Some(("configmaps", Target::Collection { namespace: ns("a") }))
+        );
+        assert_eq!(
+            r(&["namespaces", "a", "configmaps", "x"]),
+            Some(("configmaps", Target::Object { namespace: ns("a"), name: "x".into() }))
+        );
+        assert_eq!(r(&["namespaces", "a"]), Some(("namespaces", Target::Object { namespace: None, name: "a".into() })));
+        assert_eq!(r(&["namespaces"]), Some(("namespaces", Target::Collection { namespace: None })));
+        assert_eq!(r(&["configmaps", "x"]), None, "a namespaced object needs its namespace");
+        assert_eq!(r(&["namespaces", "a", "configmaps", "x", "status"]), None);
+        assert_eq!(r(&["pods"]), None);
+    }
+}

@@ -1,0 +1,47 @@
+//! What the apiserver's integration tests share: a real etcd (3.4 in CI) to run on.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+
+/// A free port on 127.0.0.1.
+pub fn port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A real etcd, killed (and its data removed) when dropped.
+pub struct Etcd {
+    child: Child,
+    _dir: tempfile::TempDir,
+    /// Its client URL.
+    pub url: String,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts etcd on free ports in a temporary directory (it may not answer yet).
+pub fn etcd() -> Etcd {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, peer) = (format!("http://127.0.0.1:{}", port()), format!("http://127.0.0.1:{}", port()));
+    let mut cmd = Command::new("etcd");
+    cmd.args(["--data-dir", dir.path().join("data").to_str().unwrap(), "--listen-client-urls", &client])
+        .args(["--advertise-client-urls", &client, "--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("default={peer}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: prctl is async-signal-safe; the child dies with this test's thread.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("etcd on PATH (scripts/deps.sh installs it)");
+    Etcd { child, _dir: dir, url: client }
+}

@@ -1,0 +1,200 @@
+//! kubectl 1.32 against keel-apiserver over HTTPS with the kubeconfig it writes: on its embedded
+//! keel member and on etcd 3.4. What kubectl prints is what it prints against kube-apiserver
+//! for the same requests (the served slice: namespaces, configmaps and secrets; get, list,
+//! create, update, delete).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod common;
+
+use keel_apiserver::run::{start, Flags, Running};
+
+/// kubectl 1.32, pinned by path (plain `kubectl` runs the minor matching the server).
+const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+    files: PathBuf,
+}
+
+struct Out {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Kubectl {
+    async fn run(&self, args: &[&str]) -> Out {
+        let mut cmd = tokio::process::Command::new(KUBECTL);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache).args(args);
+        cmd.env("HOME", &self.cache).kill_on_drop(true);
+        let out = tokio::time::timeout(DEADLINE, cmd.output()).await.expect("kubectl finished").expect("kubectl ran");
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs kubectl, which must succeed; its output.
+    async fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args).await;
+        assert!(o.ok, "kubectl {args:?} failed: {}{}", o.stdout, o.stderr);
+        o.stdout
+    }
+
+    /// Runs kubectl, which must fail; what it printed on stderr.
+    async fn fails(&self, args: &[&str]) -> String {
+        let o = self.run(args).await;
+        assert!(!o.ok, "kubectl {args:?} succeeded: {}", o.stdout);
+        o.stderr
+    }
+
+    /// Writes `json` to a file named `name`; its path.
+    fn file(&self, name: &str, json: serde_json::Value) -> String {
+        let p = self.files.join(name);
+        std::fs::write(&p, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+        p.to_str().unwrap().to_string()
+    }
+}
+
+async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
+    let mut args = vec![
+        "keel-apiserver".to_string(),
+        "--secure-port=0".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--data-dir={}", dir.join("apiserver").display()),
+    ];
+    if let Some(url) = etcd {
+        args.push(format!("--etcd-servers={url}"));
+    }
+    let flags = <Flags as clap::Parser>::parse_from(args);
+    start(&flags).await.expect("keel-apiserver starts")
+}
+
+/// The scenario, against a started server.
+async fn scenario(running: &Running, dir: &Path) {
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let k = Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.join("cache"), files };
+
+    // Discovery and the namespaces kube makes at start.
+    let ns = k.ok(&["get", "namespaces", "-o", "name"]).await;
+    for n in ["default", "kube-node-lease", "kube-public", "kube-system"] {
+        assert!(ns.contains(&format!("namespace/{n}\n")), "{ns}");
+    }
+    let resources = k.ok(&["api-resources", "--no-headers"]).await;
+    let rows: Vec<Vec<&str>> = resources.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert!(rows.contains(&vec!["configmaps", "cm", "v1", "true", "ConfigMap"]), "{resources}");
+    assert!(rows.contains(&vec!["namespaces", "ns", "v1", "false", "Namespace"]), "{resources}");
+    assert!(rows.contains(&vec!["secrets", "v1", "true", "Secret"]), "{resources}");
+    let version = k.ok(&["version", "-o", "json"]).await;
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    assert_eq!(version["serverVersion"]["minor"], "33", "{version}");
+
+    // Create, get, conflict, replace, list with selectors, delete.
+    let cm = |color: &str, rv: Option<&str>| {
+        let mut m = serde_json::json!({"name": "app-config", "labels": {"tier": "web"}});
+        if let Some(rv) = rv {
+            m["resourceVersion"] = rv.into();
+        }
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": m, "data": {"color": color}})
+    };
+    let blue = k.file("blue.json", cm("blue", None));
+    assert_eq!(k.ok(&["create", "--validate=false", "-f", &blue]).await, "configmap/app-config created\n");
+    assert_eq!(k.ok(&["get", "configmap", "app-config", "-o", "jsonpath={.data.color}"]).await, "blue");
+    let again = k.fails(&["create", "--validate=false", "-f", &blue]).await;
+    assert_eq!(
+        again,
+        format!("Error from server (AlreadyExists): error when creating \"{blue}\": configmaps \"app-config\" already exists\n")
+    );
+    let missing = k.fails(&["get", "cm", "missing"]).await;
+    assert_eq!(missing, "Error from server (NotFound): configmaps \"missing\" not found\n");
+    let rv = k.ok(&["get", "cm", "app-config", "-o", "jsonpath={.metadata.resourceVersion}"]).await;
+    let red = k.file("red.json", cm("red", Some(&rv)));
+    assert_eq!(k.ok(&["replace", "--validate=false", "-f", &red]).await, "configmap/app-config replaced\n");
+    let stale = k.fails(&["replace", "--validate=false", "-f", &red]).await;
+    assert_eq!(
+        stale,
+        format!("Error from server (Conflict): error when replacing \"{red}\": Operation cannot be fulfilled on configmaps \"app-config\": the object has been modified; please apply your changes to the latest version and try again\n")
+    );
+    assert_eq!(k.ok(&["get", "cm", "app-config", "-o", "jsonpath={.data.color}"]).await, "red");
+    assert_eq!(k.ok(&["get", "cm", "-l", "tier=web", "-o", "name"]).await, "configmap/app-config\n");
+    assert_eq!(k.ok(&["get", "cm", "-l", "tier!=web", "-o", "name"]).await, "");
+    let bad = k.file(
+        "bad.json",
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}),
+    );
+    let invalid = k.fails(&["create", "--validate=false", "-f", &bad]).await;
+    assert!(
+        invalid.contains("The ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of"),
+        "{invalid}"
+    );
+    assert_eq!(k.ok(&["delete", "cm", "app-config"]).await, "configmap \"app-config\" deleted\n");
+    assert_eq!(
+        k.fails(&["get", "cm", "app-config"]).await,
+        "Error from server (NotFound): configmaps \"app-config\" not found\n"
+    );
+
+    // A secret's stringData becomes base64 data.
+    let secret = k.file(
+        "secret.json",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"password": "s3cret"}}),
+    );
+    assert_eq!(k.ok(&["create", "--validate=false", "-f", &secret]).await, "secret/db created\n");
+    assert_eq!(k.ok(&["get", "secret", "db", "-o", "jsonpath={.type} {.data.password}"]).await, "Opaque czNjcmV0");
+
+    // Namespaces: objects need theirs to exist and not be terminating.
+    let in_ns = |ns: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}});
+    let nowhere = k.file("nowhere.json", in_ns("nowhere"));
+    let no_ns = k.fails(&["create", "--validate=false", "-f", &nowhere]).await;
+    assert_eq!(
+        no_ns,
+        format!("Error from server (NotFound): error when creating \"{nowhere}\": namespaces \"nowhere\" not found\n")
+    );
+    let team =
+        k.file("team.json", serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    assert_eq!(k.ok(&["create", "--validate=false", "-f", &team]).await, "namespace/team created\n");
+    assert_eq!(k.ok(&["get", "ns", "team", "-o", "jsonpath={.status.phase}"]).await, "Active");
+    assert_eq!(k.ok(&["delete", "ns", "team", "--wait=false"]).await, "namespace \"team\" deleted\n");
+    assert_eq!(k.ok(&["get", "ns", "team", "-o", "jsonpath={.status.phase}"]).await, "Terminating");
+    let in_team = k.file("in-team.json", in_ns("team"));
+    let terminating = k.fails(&["create", "--validate=false", "-f", &in_team]).await;
+    assert_eq!(
+        terminating,
+        format!("Error from server (Forbidden): error when creating \"{in_team}\": configmaps \"c\" is forbidden: unable to create new content in namespace team because it is being terminated\n")
+    );
+
+    // A client without the admin certificate gets nowhere.
+    let config = std::fs::read_to_string(&running.kubeconfig).unwrap();
+    let anonymous: String = config
+        .lines()
+        .filter(|l| !l.contains("client-certificate-data") && !l.contains("client-key-data"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let anonymous = anonymous.replace("  user:\n", "  user: {}\n");
+    let path = dir.join("anonymous");
+    std::fs::write(&path, anonymous).unwrap();
+    let k2 = Kubectl { kubeconfig: path, cache: dir.join("cache2"), files: dir.to_path_buf() };
+    assert!(!k2.run(&["get", "ns"]).await.ok, "a client without a certificate was served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = serve(dir.path(), None).await;
+    scenario(&running, dir.path()).await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_on_etcd() {
+    let etcd = common::etcd();
+    let dir = tempfile::tempdir().unwrap();
+    let running = serve(dir.path(), Some(&etcd.url)).await;
+    scenario(&running, dir.path()).await;
+    running.stop().await;
+}

@@ -14,3 +14,5 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod storage;
+pub mod table;
+pub mod watch;

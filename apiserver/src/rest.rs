@@ -14,6 +14,7 @@ use crate::resources::{Deleted, Resource, Strategy};
 use crate::selector::{field_of, FieldSelector, LabelSelector};
 use crate::status::{self, Details, FieldError, FieldErrorType, GroupKind, GroupResource, Status};
 use crate::storage::{keys, At, ListOptions, Storage, StorageError, Stored};
+use crate::table;
 
 /// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
@@ -94,13 +95,13 @@ fn storage_error(r: &Resource, name: &str, e: StorageError) -> Status {
             s.metadata.continue_token = restart;
             s
         }
-        StorageError::Compacted => status::expired("too old resource version"),
+        StorageError::Compacted(_) => status::expired("The resourceVersion for the provided list is too old."),
         StorageError::Store(s) => internal(s.message()),
     }
 }
 
 /// A stored object as clients see it: `kind`, `apiVersion`, and its resourceVersion.
-fn shown(r: &Resource, stored: &Stored) -> Result<Value, Status> {
+pub fn shown(r: &Resource, stored: &Stored) -> Result<Value, Status> {
     let mut v: Value =
         serde_json::from_slice(&stored.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
     meta::set(&mut v, "resourceVersion", &stored.rev.to_string());
@@ -180,7 +181,15 @@ pub async fn serve(
     if !r.serves(verb) {
         return failure(status::method_not_supported(verb, r.gr()));
     }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let shape = match table::negotiate(accept) {
+        Ok(s) => s,
+        Err(s) => return failure(s),
+    };
     let done = match target {
+        Target::Collection { namespace } if verb == "watch" => {
+            return crate::watch::serve(api, r, namespace.as_deref(), query, shape).await;
+        }
         Target::Collection { namespace } => match verb {
             "list" => list(api, r, namespace.as_deref(), query).await,
             _ => create(api, r, namespace.as_deref(), headers, &body).await,
@@ -190,6 +199,13 @@ pub async fn serve(
             "update" => update(api, r, namespace.as_deref(), &name, headers, &body).await,
             _ => delete(api, r, namespace.as_deref(), &name).await,
         },
+    };
+    // Reads answer in the form the client asked for (a Table for kubectl get).
+    let done = match done {
+        Ok((code, v)) if matches!(verb, "get" | "list") => {
+            table::render(shape, r, v, query.get("includeObject").map(String::as_str)).map(|v| (code, v))
+        }
+        other => other,
     };
     match done {
         Ok((code, v)) => json(code, status::go_json(&v)),
@@ -467,12 +483,39 @@ async fn delete(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) ->
     }
 }
 
+/// A request's label and field selectors.
+pub struct Selectors {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Selectors {
+    pub fn of(r: &Resource, query: &Query) -> Result<Selectors, Status> {
+        let labels = query.get("labelSelector").map(String::as_str).unwrap_or("");
+        let labels = LabelSelector::parse(labels)
+            .map_err(|e| status::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = query.get("fieldSelector").map(String::as_str).unwrap_or("");
+        let fields = FieldSelector::parse(fields, r.selectable()).map_err(status::bad_request)?;
+        Ok(Selectors { labels, fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    /// Whether an object (as shown to clients) is selected.
+    pub fn matches(&self, v: &Value) -> bool {
+        self.labels.matches(v.get("metadata").and_then(|m| m.get("labels"))) && self.fields.matches(|f| field_of(v, f))
+    }
+}
+
+/// The key prefix of a collection of `r` (in `namespace`, or all of them).
+pub fn collection(api: &Api, r: &Resource, namespace: Option<&str>) -> String {
+    keys::collection(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced))
+}
+
 async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {
-    let labels = query.get("labelSelector").map(String::as_str).unwrap_or("");
-    let labels =
-        LabelSelector::parse(labels).map_err(|e| status::bad_request(format!("unable to parse requirement: {e}")))?;
-    let fields = query.get("fieldSelector").map(String::as_str).unwrap_or("");
-    let fields = FieldSelector::parse(fields, r.selectable()).map_err(status::bad_request)?;
+    let sel = Selectors::of(r, query)?;
     let limit: i64 = match query.get("limit") {
         None => 0,
         Some(l) => l.parse().map_err(|_| status::bad_request(format!("invalid limit: {l}")))?,
@@ -486,7 +529,7 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
             _ => At::Latest,
         },
     };
-    let prefix = keys::collection(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced));
+    let prefix = collection(api, r, namespace);
     let mut opts = ListOptions { limit: limit.max(0), continue_token: query.get("continue").cloned(), at };
     let mut items = Vec::new();
     // With selectors, pages are refilled until `limit` objects match or the list ends, as kube's
@@ -495,8 +538,7 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
         let page = api.storage.list(&prefix, &opts).await.map_err(|e| storage_error(r, "", e))?;
         for (_, stored) in &page.items {
             let v = shown(r, stored)?;
-            let labels_of = v.get("metadata").and_then(|m| m.get("labels"));
-            if labels.matches(labels_of) && fields.matches(|f| field_of(&v, f)) {
+            if sel.matches(&v) {
                 let Value::Object(mut m) = v else { continue };
                 m.remove("kind");
                 m.remove("apiVersion");
@@ -505,10 +547,10 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
         }
         let full = limit > 0 && items.len() as i64 >= limit;
         match page.continue_token {
-            Some(t) if !full && (!labels.is_empty() || !fields.is_empty()) => {
+            Some(t) if !full && !sel.is_empty() => {
                 opts = ListOptions { limit: opts.limit, continue_token: Some(t), at: opts.at };
             }
-            t => break (page.rev, t, page.remaining.filter(|_| labels.is_empty() && fields.is_empty())),
+            t => break (page.rev, t, page.remaining.filter(|_| sel.is_empty())),
         }
     };
     let mut metadata = Map::new();

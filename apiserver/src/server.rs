@@ -122,14 +122,31 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return rest::failure(status::no_such_resource()),
     };
+    // The old `/watch/` paths: a watch of what follows.
+    let (rest, watch_path) = match rest {
+        ["watch", tail @ ..] => (tail, true),
+        _ => (rest, false),
+    };
     let Some((resource, target)) = route(group, version, rest) else {
         return rest::failure(status::no_such_resource());
     };
+
     let body = match axum::body::to_bytes(body, rest::MAX_BODY_BYTES + 1).await {
         Ok(b) => b,
         Err(_) => return rest::failure(status::too_large("limit is 3145728")),
     };
-    let query = query_of(&parts.uri);
+    let mut query = query_of(&parts.uri);
+    let target = match target {
+        // `/watch/.../<name>` watches that one object.
+        Target::Object { namespace, name } if watch_path => {
+            query.insert("fieldSelector".into(), format!("metadata.name={name}"));
+            Target::Collection { namespace }
+        }
+        t => t,
+    };
+    if watch_path {
+        query.insert("watch".into(), "true".into());
+    }
     rest::serve(&s.api, resource, &parts.method, target, &query, &parts.headers, body).await
 }
 

@@ -86,6 +86,15 @@ async fn scenario(running: &Running, dir: &Path) {
     for n in ["default", "kube-node-lease", "kube-public", "kube-system"] {
         assert!(ns.contains(&format!("namespace/{n}\n")), "{ns}");
     }
+    // kubectl get prints the server's Table: kube's columns for each resource.
+    let table = |out: String| -> Vec<Vec<String>> {
+        out.lines().map(|l| l.split_whitespace().map(str::to_string).collect()).collect()
+    };
+    let ns = table(k.ok(&["get", "ns", "default"]).await);
+    assert_eq!(
+        (ns[0].join(" "), &ns[1][..2]),
+        ("NAME STATUS AGE".to_string(), &["default".to_string(), "Active".to_string()][..])
+    );
     let resources = k.ok(&["api-resources", "--no-headers"]).await;
     let rows: Vec<Vec<&str>> = resources.lines().map(|l| l.split_whitespace().collect()).collect();
     assert!(rows.contains(&vec!["configmaps", "cm", "v1", "true", "ConfigMap"]), "{resources}");
@@ -123,7 +132,52 @@ async fn scenario(running: &Running, dir: &Path) {
     );
     assert_eq!(k.ok(&["get", "cm", "app-config", "-o", "jsonpath={.data.color}"]).await, "red");
     assert_eq!(k.ok(&["get", "cm", "-l", "tier=web", "-o", "name"]).await, "configmap/app-config\n");
+    let cms = table(k.ok(&["get", "cm", "-l", "tier=web"]).await);
+    assert_eq!(
+        (cms[0].join(" "), cms[1][0].as_str(), cms[1][1].as_str()),
+        ("NAME DATA AGE".to_string(), "app-config", "1")
+    );
     assert_eq!(k.ok(&["get", "cm", "-l", "tier!=web", "-o", "name"]).await, "");
+    // kubectl get -w: the objects there, then each change, as it happens.
+    let mut watch = tokio::process::Command::new(KUBECTL)
+        .arg("--kubeconfig")
+        .arg(&k.kubeconfig)
+        .arg("--cache-dir")
+        .arg(&k.cache)
+        .args([
+            "get",
+            "cm",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            "jsonpath={.type} {.object.metadata.name} {.object.data.color}{\"\\n\"}",
+        ])
+        .env("HOME", &k.cache)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl runs");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    macro_rules! next {
+        () => {
+            tokio::time::timeout(DEADLINE, lines.next_line())
+                .await
+                .expect("a watch event in time")
+                .unwrap()
+                .expect("the watch goes on")
+        };
+    }
+    assert_eq!(next!(), "ADDED app-config red");
+    let green = k.file("green.json", cm("green", None));
+    k.ok(&["replace", "--validate=false", "-f", &green]).await;
+    assert_eq!(next!(), "MODIFIED app-config green");
+    let other = k.file("other.json", serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}, "data": {"color": "grey"}}));
+    k.ok(&["create", "--validate=false", "-f", &other]).await;
+    assert_eq!(next!(), "ADDED other grey");
+    k.ok(&["delete", "cm", "other"]).await;
+    assert_eq!(next!(), "DELETED other grey");
+    drop(watch);
+
     let bad = k.file(
         "bad.json",
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}),
@@ -146,6 +200,11 @@ async fn scenario(running: &Running, dir: &Path) {
     );
     assert_eq!(k.ok(&["create", "--validate=false", "-f", &secret]).await, "secret/db created\n");
     assert_eq!(k.ok(&["get", "secret", "db", "-o", "jsonpath={.type} {.data.password}"]).await, "Opaque czNjcmV0");
+    let secrets = table(k.ok(&["get", "secrets"]).await);
+    assert_eq!(
+        (secrets[0].join(" "), &secrets[1][..3]),
+        ("NAME TYPE DATA AGE".to_string(), &["db".to_string(), "Opaque".to_string(), "1".to_string()][..])
+    );
 
     // Namespaces: objects need theirs to exist and not be terminating.
     let in_ns = |ns: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}});

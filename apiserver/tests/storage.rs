@@ -150,7 +150,7 @@ async fn semantics(s: &Storage) {
         seen[3..],
         [
             Change::Added { key: x.clone(), value: obj("x0"), rev: added },
-            Change::Modified { key: x.clone(), value: obj("x1"), rev: modified },
+            Change::Modified { key: x.clone(), value: obj("x1"), prev: Some(obj("x0")), rev: modified },
             Change::Deleted { key: x.clone(), value: obj("x1"), rev: deleted },
         ]
     );
@@ -173,10 +173,10 @@ async fn semantics(s: &Storage) {
     assert_eq!(rest.items.first().map(|(k, _)| k.clone()), Some(key("a", "p3")));
     assert!(rest.items.iter().any(|(k, _)| *k == key("c", "p1")), "the restart reads the latest state");
     let old = s.list(&pods, &ListOptions { limit: 0, continue_token: None, at: At::Exact(first.rev) }).await;
-    assert!(matches!(old, Err(StorageError::Compacted)), "{old:?}");
+    assert!(matches!(old, Err(StorageError::Compacted(_))), "{old:?}");
     let mut too_old = Box::pin(s.watch(&pods, from).await.unwrap());
     let first = tokio::time::timeout(DEADLINE, too_old.next()).await.expect("an answer in time");
-    assert!(matches!(first, Some(Err(StorageError::Compacted))), "{first:?}");
+    assert!(matches!(first, Some(Err(StorageError::Compacted(_)))), "{first:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

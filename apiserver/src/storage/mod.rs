@@ -63,9 +63,10 @@ pub enum StorageError {
     /// `restart` goes on from the same key at the latest revision (kube's `rv: -1` token).
     #[error("{EXPIRED_CONTINUE}")]
     Expired { restart: Option<String> },
-    /// A read at a resourceVersion below the store's compacted one.
+    /// A read or watch from a resourceVersion below the store's compacted one (that revision,
+    /// when the store said it; 0 otherwise).
     #[error("compacted")]
-    Compacted,
+    Compacted(i64),
     /// The store failed or refused (unreachable, timed out, too large): its gRPC status.
     #[error("store: {0}")]
     Store(#[from] tonic::Status),
@@ -247,7 +248,7 @@ impl Storage {
             Err(s) if is_compacted(&s) && opts.continue_token.is_some() => {
                 return Err(StorageError::Expired { restart: cont::encode(&from, prefix, -1) });
             }
-            Err(s) if is_compacted(&s) => return Err(StorageError::Compacted),
+            Err(s) if is_compacted(&s) => return Err(StorageError::Compacted(0)),
             Err(s) => return Err(s.into()),
         };
         // Every page of a list reads at the revision of its first.

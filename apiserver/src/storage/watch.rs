@@ -23,9 +23,11 @@ pub enum Change {
         value: Vec<u8>,
         rev: i64,
     },
+    /// `prev` is the object as it was before (when the store had it).
     Modified {
         key: String,
         value: Vec<u8>,
+        prev: Option<Vec<u8>>,
         rev: i64,
     },
     /// `value` is the object as it was before the deletion.
@@ -86,7 +88,7 @@ impl Storage {
                 };
                 if resp.compact_revision > 0 {
                     st.done = true;
-                    return Some((Err(StorageError::Compacted), st));
+                    return Some((Err(StorageError::Compacted(resp.compact_revision)), st));
                 }
                 if resp.canceled {
                     st.done = true;
@@ -113,7 +115,12 @@ impl Storage {
                         _ if kv.create_revision == kv.mod_revision => {
                             Change::Added { key, value: kv.value.to_vec(), rev }
                         }
-                        _ => Change::Modified { key, value: kv.value.to_vec(), rev },
+                        _ => Change::Modified {
+                            key,
+                            value: kv.value.to_vec(),
+                            prev: e.prev_kv.map(|p| p.value.to_vec()),
+                            rev,
+                        },
                     });
                 }
             }

@@ -1,0 +1,287 @@
+//! What a GET or LIST answers besides the object itself, as the client's `Accept` asks:
+//! `meta.k8s.io` Tables with kube's columns for each resource (`kubectl get` prints them) and
+//! PartialObjectMetadata(List) (metadata only), negotiated as kube negotiates them.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use crate::resources::{Resource, Strategy};
+use crate::status::{self, Status};
+
+/// The form of an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Object,
+    /// A Table of `meta.k8s.io/<version>`.
+    Table(&'static str),
+    /// PartialObjectMetadata(List) of `meta.k8s.io/<version>`.
+    Metadata(&'static str),
+}
+
+/// The first form in `accept` this server can answer; kube's 406 if there is none.
+pub fn negotiate(accept: &str) -> Result<Shape, Status> {
+    if accept.trim().is_empty() {
+        return Ok(Shape::Object);
+    }
+    for media in accept.split(',') {
+        let mut parts = media.split(';').map(str::trim);
+        let kind = parts.next().unwrap_or("");
+        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+        let param = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        if !matches!(kind, "application/json" | "*/*" | "application/*") {
+            continue;
+        }
+        let version = match param("v") {
+            Some("v1") => "v1",
+            Some("v1beta1") => "v1beta1",
+            None => "",
+            Some(_) => continue,
+        };
+        match (param("as"), param("g")) {
+            (None, _) => return Ok(Shape::Object),
+            (Some("Table"), Some("meta.k8s.io")) if !version.is_empty() => return Ok(Shape::Table(version)),
+            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), Some("meta.k8s.io"))
+                if !version.is_empty() =>
+            {
+                return Ok(Shape::Metadata(version))
+            }
+            _ => continue,
+        }
+    }
+    Err(Status::failure(406, "NotAcceptable", "only the following media types are accepted: application/json", None))
+}
+
+/// kube's `duration.HumanDuration`: how `kubectl get` prints an age.
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    let s = secs.max(0);
+    let (m, h) = (s / 60, s / 3600);
+    if s < 120 {
+        format!("{s}s")
+    } else if m < 10 {
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
+    } else if m < 180 {
+        format!("{m}m")
+    } else if h < 8 {
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 24 * 8 {
+        if h % 24 == 0 {
+            format!("{}d", h / 24)
+        } else {
+            format!("{}d{}h", h / 24, h % 24)
+        }
+    } else if h < 24 * 365 * 2 {
+        format!("{}d", h / 24)
+    } else if h < 24 * 365 * 8 {
+        let (y, d) = (h / 24 / 365, (h / 24) % 365);
+        if d == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{d}d")
+        }
+    } else {
+        format!("{}y", h / 24 / 365)
+    }
+}
+
+/// Seconds since an RFC 3339 time (`2026-12-06T23:00:00Z`); `None` if it does not parse.
+fn age_secs(rfc3339: &str) -> Option<i64> {
+    let ts: k8s_openapi::jiff::Timestamp = rfc3339.parse().ok()?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs() as i64;
+    Some(now - ts.as_second())
+}
+
+const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+const CONFIGMAP_DATA_DOC: &str = "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.";
+const SECRET_TYPE_DOC: &str = "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types";
+const SECRET_DATA_DOC: &str = "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4";
+
+/// One column: name, type, format, description.
+type Column = (&'static str, &'static str, &'static str, &'static str);
+
+/// kube's printer columns for `r` (`pkg/printers/internalversion/printers.go`) and a row's cells.
+fn columns(r: &Resource) -> Vec<Column> {
+    let name = ("Name", "string", "name", NAME_DOC);
+    let age = ("Age", "string", "", AGE_DOC);
+    match (r.strategy, r.kind) {
+        (Strategy::Namespace, _) => vec![name, ("Status", "string", "", "The status of the namespace"), age],
+        (Strategy::Secret, _) => {
+            vec![name, ("Type", "string", "", SECRET_TYPE_DOC), ("Data", "string", "", SECRET_DATA_DOC), age]
+        }
+        (_, "ConfigMap") => vec![name, ("Data", "string", "", CONFIGMAP_DATA_DOC), age],
+        _ => vec![name, ("Created At", "date", "", AGE_DOC)],
+    }
+}
+
+fn cells(r: &Resource, obj: &Value) -> Vec<Value> {
+    let meta = obj.get("metadata");
+    let name = meta.and_then(|m| m.get("name")).cloned().unwrap_or(Value::String(String::new()));
+    let created = meta.and_then(|m| m.get("creationTimestamp")).and_then(Value::as_str).unwrap_or("");
+    let age = Value::String(age_secs(created).map(human_duration).unwrap_or_else(|| "<unknown>".into()));
+    let count = |field: &str| {
+        let n = obj.get(field).and_then(Value::as_object).map_or(0, Map::len);
+        let binary =
+            if field == "data" { obj.get("binaryData").and_then(Value::as_object).map_or(0, Map::len) } else { 0 };
+        Value::from(n + binary)
+    };
+    match (r.strategy, r.kind) {
+        (Strategy::Namespace, _) => vec![name, obj.pointer("/status/phase").cloned().unwrap_or(Value::from("")), age],
+        (Strategy::Secret, _) => {
+            let data = obj.get("data").and_then(Value::as_object).map_or(0, Map::len);
+            vec![name, obj.get("type").cloned().unwrap_or(Value::from("")), Value::from(data), age]
+        }
+        (_, "ConfigMap") => vec![name, count("data"), age],
+        _ => vec![name, Value::String(created.into())],
+    }
+}
+
+/// An object's metadata as a PartialObjectMetadata of `meta.k8s.io/<version>`.
+fn partial(version: &str, obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": format!("meta.k8s.io/{version}"),
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// `answer` (an object of `r`, or its list) in `shape`.
+pub fn render(shape: Shape, r: &Resource, answer: Value, include_object: Option<&str>) -> Result<Value, Status> {
+    let is_list = answer.get("items").is_some();
+    let items: Vec<&Value> = match answer.get("items").and_then(Value::as_array) {
+        Some(items) => items.iter().collect(),
+        None => vec![&answer],
+    };
+    let list_meta = || -> Value {
+        let m = answer.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        if is_list {
+            m
+        } else {
+            let rv = m.get("resourceVersion").cloned().unwrap_or(Value::from(""));
+            json!({"resourceVersion": rv})
+        }
+    };
+    match shape {
+        Shape::Object => Ok(answer),
+        Shape::Metadata(v) if is_list => Ok(json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": format!("meta.k8s.io/{v}"),
+            "metadata": list_meta(),
+            "items": items.iter().map(|o| partial(v, o)["metadata"].clone()).map(|m| json!({"metadata": m})).collect::<Vec<_>>(),
+        })),
+        Shape::Metadata(v) => Ok(partial(v, &answer)),
+        Shape::Table(v) => {
+            let include = include_object.unwrap_or("Metadata");
+            if !matches!(include, "None" | "Metadata" | "Object") {
+                return Err(status::bad_request(format!(
+                    "includeObject: Unsupported value: \"{include}\": supported values: \"Metadata\", \"None\", \"Object\""
+                )));
+            }
+            let defs: Vec<Value> = columns(r)
+                .into_iter()
+                .map(|(name, ty, format, doc)| {
+                    json!({"name": name, "type": ty, "format": format, "description": doc, "priority": 0})
+                })
+                .collect();
+            let rows: Vec<Value> = items
+                .iter()
+                .map(|o| {
+                    let mut row = Map::new();
+                    row.insert("cells".into(), Value::Array(cells(r, o)));
+                    match include {
+                        "Object" => {
+                            row.insert("object".into(), r.with_type(o.as_object().cloned().unwrap_or_default()));
+                        }
+                        "Metadata" => {
+                            row.insert("object".into(), partial("v1", o));
+                        }
+                        _ => {}
+                    }
+                    Value::Object(row)
+                })
+                .collect();
+            Ok(json!({
+                "kind": "Table",
+                "apiVersion": format!("meta.k8s.io/{v}"),
+                "metadata": list_meta(),
+                "columnDefinitions": defs,
+                "rows": rows,
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_print_as_kubectl_prints_them() {
+        let cases = [
+            (-5, "<invalid>"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (125, "2m5s"),
+            (600, "10m"),
+            (179 * 60, "179m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 60, "3h1m"),
+            (8 * 3600, "8h"),
+            (47 * 3600, "47h"),
+            (48 * 3600, "2d"),
+            (50 * 3600, "2d2h"),
+            (8 * 86400, "8d"),
+            (2 * 365 * 86400, "2y"),
+            (2 * 365 * 86400 + 86400, "2y1d"),
+            (9 * 365 * 86400, "9y"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(human_duration(secs), want, "{secs} s");
+        }
+    }
+
+    #[test]
+    fn accept_headers_pick_the_first_form_served() {
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(negotiate(kubectl).unwrap(), Shape::Table("v1"));
+        assert_eq!(negotiate("application/json, */*").unwrap(), Shape::Object);
+        assert_eq!(negotiate("application/vnd.kubernetes.protobuf,application/json").unwrap(), Shape::Object);
+        assert_eq!(
+            negotiate("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").unwrap(),
+            Shape::Metadata("v1")
+        );
+        assert_eq!(negotiate("application/vnd.kubernetes.protobuf").unwrap_err().code, 406);
+    }
+
+    #[test]
+    fn namespaces_tabulate_with_status() {
+        let r = crate::resources::find("", "v1", "namespaces").unwrap();
+        let list = json!({"kind": "NamespaceList", "metadata": {"resourceVersion": "7"}, "items": [
+            {"metadata": {"name": "a", "creationTimestamp": "2010-01-01T00:00:00Z"}, "status": {"phase": "Active"}}
+        ]});
+        let t = render(Shape::Table("v1"), r, list, None).unwrap();
+        assert_eq!(t["metadata"]["resourceVersion"], "7");
+        let names: Vec<&str> =
+            t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["Name", "Status", "Age"]);
+        assert_eq!(t["rows"][0]["cells"][0], "a");
+        assert_eq!(t["rows"][0]["cells"][1], "Active");
+        assert!(t["rows"][0]["cells"][2].as_str().unwrap().ends_with('y'));
+        assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    }
+}

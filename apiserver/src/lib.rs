@@ -7,6 +7,7 @@
 
 pub mod discovery;
 pub mod meta;
+pub mod patch;
 pub mod resources;
 pub mod rest;
 pub mod run;

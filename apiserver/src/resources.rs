@@ -66,8 +66,8 @@ fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Res
     serde_json::to_value(serde_json::from_value::<K>(v)?)
 }
 
-/// The verbs of a resource served with get, list, create, update, delete and watch.
-const CRUD: &[&str] = &["create", "delete", "get", "list", "update", "watch"];
+/// The verbs of a resource served with get, list, watch, create, update, patch and delete.
+const CRUD: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
 /// Every served resource.
 pub static RESOURCES: &[Resource] = &[

@@ -133,6 +133,12 @@ fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes) -> Result<Value, Stat
         return Err(status::too_large("limit is 3145728"));
     }
     let v: Value = serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?;
+    typed(r, v)
+}
+
+/// An object of `r`: its `apiVersion`/`kind`, when given, those of the endpoint; decoded into the
+/// resource's type and encoded back.
+fn typed(r: &Resource, v: Value) -> Result<Value, Status> {
     let Value::Object(m) = &v else {
         return Err(status::bad_request("Object 'Kind' is missing in the request body"));
     };
@@ -197,6 +203,7 @@ pub async fn serve(
         Target::Object { namespace, name } => match verb {
             "get" => get(api, r, namespace.as_deref(), &name).await,
             "update" => update(api, r, namespace.as_deref(), &name, headers, &body).await,
+            "patch" => patch(api, r, namespace.as_deref(), &name, headers, &body).await,
             _ => delete(api, r, namespace.as_deref(), &name).await,
         },
     };
@@ -350,7 +357,46 @@ async fn update(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Answer {
-    let mut v = decode(r, headers, body)?;
+    let v = decode(r, headers, body)?;
+    update_object(api, r, namespace, name, v).await
+}
+
+/// How often a patch is applied again when the object changed under it.
+const PATCH_ATTEMPTS: usize = 5;
+
+/// PATCH: the patch applied to the current object, written as an update of the version it was
+/// applied to (again on a newer version if the object changed meanwhile, unless the patch named
+/// the resourceVersion it applies to).
+async fn patch(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Answer {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let kind = crate::patch::kind_of(ct)?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(status::too_large("limit is 3145728"));
+    }
+    let k = key(api, r, namespace, name);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let old = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
+        let old = old.ok_or_else(|| status::not_found(r.gr(), name))?;
+        let current = shown(r, &old)?;
+        let patched = crate::patch::apply(kind, &current, body)?;
+        let pinned = meta::get(&patched, "resourceVersion") != old.rev.to_string();
+        match update_object(api, r, namespace, name, typed(r, patched)?).await {
+            Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
+            done => return done,
+        }
+    }
+}
+
+async fn update_object(api: &Api, r: &Resource, namespace: Option<&str>, name: &str, mut v: Value) -> Answer {
     let given = meta::get(&v, "name").to_string();
     if given != name {
         return Err(status::bad_request(format!(

@@ -138,6 +138,35 @@ async fn scenario(running: &Running, dir: &Path) {
         ("NAME DATA AGE".to_string(), "app-config", "1")
     );
     assert_eq!(k.ok(&["get", "cm", "-l", "tier!=web", "-o", "name"]).await, "");
+    // Patches: kubectl label and annotate (merge patches), and kubectl patch of each type.
+    assert_eq!(k.ok(&["label", "cm", "app-config", "team=blue"]).await, "configmap/app-config labeled\n");
+    assert_eq!(k.ok(&["annotate", "cm", "app-config", "note=hi"]).await, "configmap/app-config annotated\n");
+    let patched = "configmap/app-config patched\n";
+    assert_eq!(k.ok(&["patch", "cm", "app-config", "-p", r#"{"data":{"size":"L"}}"#]).await, patched);
+    let json_patch = r#"[{"op":"add","path":"/data/shape","value":"round"}]"#;
+    assert_eq!(k.ok(&["patch", "cm", "app-config", "--type=json", "-p", json_patch]).await, patched);
+    let merge = r#"{"data":{"size":null,"shape":null}}"#;
+    assert_eq!(k.ok(&["patch", "cm", "app-config", "--type=merge", "-p", merge]).await, patched);
+    let seen = k
+        .ok(&["get", "cm", "app-config", "-o", "jsonpath={.metadata.labels.team} {.metadata.annotations.note} {.data}"])
+        .await;
+    assert_eq!(seen, r#"blue hi {"color":"red"}"#);
+    let failed = k
+        .fails(&[
+            "patch",
+            "cm",
+            "app-config",
+            "--type=json",
+            "-p",
+            r#"[{"op":"test","path":"/data/color","value":"x"}]"#,
+        ])
+        .await;
+    assert!(failed.starts_with("The request is invalid"), "{failed}");
+    assert_eq!(
+        k.fails(&["label", "cm", "nope", "a=b"]).await,
+        "Error from server (NotFound): configmaps \"nope\" not found\n"
+    );
+
     // kubectl get -w: the objects there, then each change, as it happens.
     let mut watch = tokio::process::Command::new(KUBECTL)
         .arg("--kubeconfig")

@@ -8,6 +8,7 @@
 pub mod discovery;
 pub mod meta;
 pub mod patch;
+pub mod proto;
 pub mod resources;
 pub mod rest;
 pub mod run;

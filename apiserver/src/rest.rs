@@ -124,15 +124,19 @@ fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
 fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes) -> Result<Value, Status> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
-    if media != "application/json" && media != "*/*" && !media.is_empty() {
-        let message =
-            "the body of the request was in an unknown format - accepted media types include: application/json";
-        return Err(Status::failure(415, "UnsupportedMediaType", message, None));
-    }
     if body.len() > MAX_BODY_BYTES {
         return Err(status::too_large("limit is 3145728"));
     }
-    let v: Value = serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?;
+    let v = match media {
+        "application/json" | "*/*" | "" => {
+            serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?
+        }
+        crate::proto::MEDIA_TYPE => crate::proto::decode(r, body)?,
+        _ => {
+            let message = "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf";
+            return Err(Status::failure(415, "UnsupportedMediaType", message, None));
+        }
+    };
     typed(r, v)
 }
 

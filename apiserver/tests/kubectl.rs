@@ -222,6 +222,22 @@ async fn scenario(running: &Running, dir: &Path) {
         "Error from server (NotFound): configmaps \"app-config\" not found\n"
     );
 
+    // kubectl's own generators send protobuf bodies.
+    assert_eq!(k.ok(&["create", "namespace", "made-by-kubectl"]).await, "namespace/made-by-kubectl created\n");
+    assert_eq!(k.ok(&["get", "ns", "made-by-kubectl", "-o", "jsonpath={.status.phase}"]).await, "Active");
+    let made = k
+        .ok(&["create", "configmap", "gen", "-n", "made-by-kubectl", "--from-literal=a=1", "--from-literal=b=2"])
+        .await;
+    assert_eq!(made, "configmap/gen created\n");
+    assert_eq!(
+        k.ok(&["get", "cm", "gen", "-n", "made-by-kubectl", "-o", "jsonpath={.data}"]).await,
+        r#"{"a":"1","b":"2"}"#
+    );
+    assert_eq!(k.ok(&["create", "secret", "generic", "tok", "--from-literal=t=xyz"]).await, "secret/tok created\n");
+    assert_eq!(k.ok(&["get", "secret", "tok", "-o", "jsonpath={.type} {.data.t}"]).await, "Opaque eHl6");
+    let dup = k.fails(&["create", "namespace", "made-by-kubectl"]).await;
+    assert_eq!(dup, "Error from server (AlreadyExists): namespaces \"made-by-kubectl\" already exists\n");
+
     // A secret's stringData becomes base64 data.
     let secret = k.file(
         "secret.json",

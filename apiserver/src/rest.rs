@@ -121,7 +121,7 @@ fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
 
 /// Decodes a request body into an object of `r`: JSON only (kube also takes YAML and protobuf;
 /// keel does not yet), its `apiVersion`/`kind`, when given, those of the endpoint.
-fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes) -> Result<Value, Status> {
+fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Result<Value, Status> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
     if body.len() > MAX_BODY_BYTES {
@@ -137,12 +137,12 @@ fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes) -> Result<Value, Stat
             return Err(Status::failure(415, "UnsupportedMediaType", message, None));
         }
     };
-    typed(r, v)
+    typed(r, v, check)
 }
 
 /// An object of `r`: its `apiVersion`/`kind`, when given, those of the endpoint; decoded into the
 /// resource's type and encoded back.
-fn typed(r: &Resource, v: Value) -> Result<Value, Status> {
+fn typed(r: &Resource, v: Value, check: &mut Check) -> Result<Value, Status> {
     let Value::Object(m) = &v else {
         return Err(status::bad_request("Object 'Kind' is missing in the request body"));
     };
@@ -160,8 +160,102 @@ fn typed(r: &Resource, v: Value) -> Result<Value, Status> {
             r.kind
         )));
     }
-    let v = (r.canonical)(v).map_err(|e| status::bad_request(format!("{} in body is invalid: {e}", r.kind)))?;
-    Ok(v)
+    let typed =
+        (r.canonical)(v.clone()).map_err(|e| status::bad_request(format!("{} in body is invalid: {e}", r.kind)))?;
+    let mut unknown = Vec::new();
+    unknown_fields(&v, &typed, "", &mut unknown);
+    check.unknown(r, unknown)?;
+    Ok(typed)
+}
+
+/// The fields of `given` its typed form `typed` does not have (kube's strict decoding errors),
+/// as dotted paths with list positions.
+fn unknown_fields(given: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    let at = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match (given, typed) {
+        (Value::Object(g), Value::Object(t)) => {
+            for (k, gv) in g {
+                if path.is_empty() && (k == "kind" || k == "apiVersion") {
+                    continue;
+                }
+                match t.get(k) {
+                    Some(tv) => unknown_fields(gv, tv, &at(k), out),
+                    None if gv.is_null() => {}
+                    None => out.push(at(k)),
+                }
+            }
+        }
+        (Value::Array(g), Value::Array(t)) => {
+            for (i, (gv, tv)) in g.iter().zip(t).enumerate() {
+                unknown_fields(gv, tv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// kube's `fieldValidation`: what a body's unknown fields do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// A write request's options (field validation, dry run) and the warnings it collects for the
+/// answer.
+pub struct Check {
+    pub validation: Validation,
+    /// `dryRun=All`: everything but the store's write.
+    pub dry_run: bool,
+    pub warnings: Vec<String>,
+}
+
+impl Check {
+    /// The directive of `query` (kube's default is Warn); `options` names the request's options
+    /// kind in the error for a value kube does not know.
+    pub fn of(query: &Query, options: &str) -> Result<Check, Status> {
+        let unsupported = |field: &str, value: &str, supported: &str| {
+            let e = FieldError::new(FieldErrorType::NotSupported, field, Some(Value::String(value.into())), supported);
+            status::invalid(GroupKind { group: "meta.k8s.io", kind: options }, "", &[e])
+        };
+        let dry_run = match query.get("dryRun").map(String::as_str) {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => return Err(unsupported("dryRun", other, "supported values: \"All\"")),
+        };
+        let validation = match query.get("fieldValidation").map(String::as_str) {
+            None | Some("") | Some("Warn") => Validation::Warn,
+            Some("Ignore") => Validation::Ignore,
+            Some("Strict") => Validation::Strict,
+            Some(_) if options == "DeleteOptions" => Validation::Ignore,
+            Some(other) => {
+                return Err(unsupported("fieldValidation", other, "supported values: \"Ignore\", \"Strict\", \"Warn\""))
+            }
+        };
+        Ok(Check { validation, dry_run, warnings: Vec::new() })
+    }
+
+    /// Unknown fields: refused (Strict), warned of (Warn) or let through (Ignore).
+    fn unknown(&mut self, r: &Resource, fields: Vec<String>) -> Result<(), Status> {
+        if fields.is_empty() {
+            return Ok(());
+        }
+        let each = fields.iter().map(|f| format!("unknown field {}", status::go_quote(f)));
+        match self.validation {
+            Validation::Ignore => Ok(()),
+            Validation::Warn => {
+                self.warnings.extend(each);
+                Ok(())
+            }
+            Validation::Strict => Err(status::bad_request(format!(
+                "{kind} in version {} cannot be handled as a {kind}: strict decoding error: {}",
+                status::go_quote(r.version),
+                each.collect::<Vec<_>>().join(", "),
+                kind = r.kind,
+            ))),
+        }
+    }
 }
 
 /// Query parameters (the last value of each).
@@ -196,19 +290,32 @@ pub async fn serve(
         Ok(s) => s,
         Err(s) => return failure(s),
     };
+    let options = match verb {
+        "create" => "CreateOptions",
+        "update" => "UpdateOptions",
+        "delete" => "DeleteOptions",
+        _ => "PatchOptions",
+    };
+    let mut check = match Check::of(query, options) {
+        Ok(c) => c,
+        Err(s) => return failure(s),
+    };
     let done = match target {
         Target::Collection { namespace } if verb == "watch" => {
             return crate::watch::serve(api, r, namespace.as_deref(), query, shape).await;
         }
         Target::Collection { namespace } => match verb {
             "list" => list(api, r, namespace.as_deref(), query).await,
-            _ => create(api, r, namespace.as_deref(), headers, &body).await,
+            _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
         },
         Target::Object { namespace, name } => match verb {
             "get" => get(api, r, namespace.as_deref(), &name).await,
-            "update" => update(api, r, namespace.as_deref(), &name, headers, &body).await,
-            "patch" => patch(api, r, namespace.as_deref(), &name, headers, &body).await,
-            _ => delete(api, r, namespace.as_deref(), &name).await,
+            "update" => update(api, r, namespace.as_deref(), &name, headers, &body, &mut check).await,
+            "patch" => patch(api, r, namespace.as_deref(), &name, headers, &body, &mut check).await,
+            _ => match DeleteOptions::of(&body, &mut check) {
+                Ok(opts) => delete(api, r, namespace.as_deref(), &name, check.dry_run, &opts).await,
+                Err(s) => Err(s),
+            },
         },
     };
     // Reads answer in the form the client asked for (a Table for kubectl get).
@@ -218,10 +325,17 @@ pub async fn serve(
         }
         other => other,
     };
-    match done {
+    let mut answer = match done {
         Ok((code, v)) => json(code, status::go_json(&v)),
         Err(s) => failure(s),
+    };
+    // kube's warnings: `299 - "<text>"`, one header each.
+    for w in check.warnings {
+        if let Ok(h) = http::HeaderValue::from_str(&format!("299 - {}", status::go_quote(&w))) {
+            answer.headers_mut().append(header::WARNING, h);
+        }
     }
+    answer
 }
 
 fn is_true(v: Option<&String>) -> bool {
@@ -323,8 +437,15 @@ fn namespace_of_new(r: &Resource, v: &mut Value, namespace: Option<&str>) -> Res
     Ok(())
 }
 
-async fn create(api: &Api, r: &Resource, namespace: Option<&str>, headers: &HeaderMap, body: &Bytes) -> Answer {
-    let mut v = decode(r, headers, body)?;
+async fn create(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    check: &mut Check,
+) -> Answer {
+    let mut v = decode(r, headers, body, check)?;
     namespace_of_new(r, &mut v, namespace)?;
     if meta::get(&v, "name").is_empty() && !meta::get(&v, "generateName").is_empty() {
         let name = meta::generate_name(meta::get(&v, "generateName"));
@@ -345,6 +466,14 @@ async fn create(api: &Api, r: &Resource, namespace: Option<&str>, headers: &Head
         meta::metadata(&mut v).remove(system);
     }
     prepare_create(r, &mut v);
+    if check.dry_run {
+        // What the create would store, unstored: no resourceVersion (kube's dry run).
+        if api.storage.get(&key(api, r, namespace, &name)).await.map_err(|e| storage_error(r, &name, e))?.is_some() {
+            return Err(status::already_exists(r.gr(), &name));
+        }
+        let Value::Object(m) = v else { return Err(internal("an object is a JSON object")) };
+        return Ok((StatusCode::CREATED, r.with_type(m)));
+    }
     let rev = api
         .storage
         .create(&key(api, r, namespace, &name), stored_bytes(v.clone()), 0)
@@ -360,9 +489,10 @@ async fn update(
     name: &str,
     headers: &HeaderMap,
     body: &Bytes,
+    check: &mut Check,
 ) -> Answer {
-    let v = decode(r, headers, body)?;
-    update_object(api, r, namespace, name, v).await
+    let v = decode(r, headers, body, check)?;
+    update_object(api, r, namespace, name, v, check.dry_run).await
 }
 
 /// How often a patch is applied again when the object changed under it.
@@ -378,6 +508,7 @@ async fn patch(
     name: &str,
     headers: &HeaderMap,
     body: &Bytes,
+    check: &mut Check,
 ) -> Answer {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = crate::patch::kind_of(ct)?;
@@ -393,14 +524,22 @@ async fn patch(
         let current = shown(r, &old)?;
         let patched = crate::patch::apply(kind, &current, body)?;
         let pinned = meta::get(&patched, "resourceVersion") != old.rev.to_string();
-        match update_object(api, r, namespace, name, typed(r, patched)?).await {
+        check.warnings.clear();
+        match update_object(api, r, namespace, name, typed(r, patched, check)?, check.dry_run).await {
             Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
             done => return done,
         }
     }
 }
 
-async fn update_object(api: &Api, r: &Resource, namespace: Option<&str>, name: &str, mut v: Value) -> Answer {
+async fn update_object(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+    mut v: Value,
+    dry_run: bool,
+) -> Answer {
     let given = meta::get(&v, "name").to_string();
     if given != name {
         return Err(status::bad_request(format!(
@@ -477,6 +616,9 @@ async fn update_object(api: &Api, r: &Resource, namespace: Option<&str>, name: &
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
     }
+    if dry_run {
+        return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev: old.rev })?));
+    }
     let rev = api.storage.update(&k, stored_bytes(v.clone()), old.rev).await.map_err(|e| storage_error(r, name, e))?;
     Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev })?))
 }
@@ -491,23 +633,88 @@ fn without_meta(v: &Value) -> Value {
     v
 }
 
-async fn delete(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Answer {
+/// What a DELETE's body (`DeleteOptions`) asks: a dry run (into the request's `Check`) and
+/// preconditions on the object's uid and resourceVersion.
+#[derive(Debug, Default)]
+struct DeleteOptions {
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl DeleteOptions {
+    fn of(body: &Bytes, check: &mut Check) -> Result<DeleteOptions, Status> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(DeleteOptions::default());
+        }
+        let v: Value = serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?;
+        for d in v.get("dryRun").and_then(Value::as_array).into_iter().flatten() {
+            match d.as_str() {
+                Some("All") => check.dry_run = true,
+                other => {
+                    let e = FieldError::new(
+                        FieldErrorType::NotSupported,
+                        "dryRun",
+                        Some(Value::String(other.unwrap_or("").into())),
+                        "supported values: \"All\"",
+                    );
+                    return Err(status::invalid(GroupKind { group: "meta.k8s.io", kind: "DeleteOptions" }, "", &[e]));
+                }
+            }
+        }
+        let pre = |f: &str| v.pointer(&format!("/preconditions/{f}")).and_then(Value::as_str).map(str::to_string);
+        Ok(DeleteOptions { uid: pre("uid"), resource_version: pre("resourceVersion") })
+    }
+
+    /// kube's precondition check against the object as stored at `rev`.
+    fn check(&self, r: &Resource, name: &str, obj: &Value, rev: i64) -> Result<(), Status> {
+        let failed = |what: &str, want: &str, have: &str| {
+            let why = format!("Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}");
+            Err(status::conflict(r.gr(), name, &why))
+        };
+        if let Some(uid) = &self.uid {
+            if uid != meta::get(obj, "uid") {
+                return failed("UID", uid, meta::get(obj, "uid"));
+            }
+        }
+        if let Some(rv) = &self.resource_version {
+            if *rv != rev.to_string() {
+                return failed("ResourceVersion", rv, &rev.to_string());
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn delete(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+    dry_run: bool,
+    opts: &DeleteOptions,
+) -> Answer {
     let k = key(api, r, namespace, name);
+    // The object as it is, for preconditions (and the namespace's own path below).
+    let current = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
+    let current = current.ok_or_else(|| status::not_found(r.gr(), name))?;
+    let current_v: Value =
+        serde_json::from_slice(&current.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+    opts.check(r, name, &current_v, current.rev)?;
     if r.strategy == Strategy::Namespace {
         // A namespace with finalizers is marked Terminating and kept until they are gone (the
         // namespace controller's work).
-        let old = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
-        let old = old.ok_or_else(|| status::not_found(r.gr(), name))?;
-        let mut v: Value =
-            serde_json::from_slice(&old.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+        let (old, mut v) = (&current, current_v.clone());
         let finalizers = v.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if finalizers {
             if !meta::get(&v, "deletionTimestamp").is_empty() {
-                return Ok((StatusCode::OK, shown(r, &old)?));
+                return Ok((StatusCode::OK, shown(r, old)?));
             }
             meta::set(&mut v, "deletionTimestamp", &meta::now());
             meta::metadata(&mut v).insert("deletionGracePeriodSeconds".into(), Value::from(0));
             v["status"] = serde_json::json!({"phase": "Terminating"});
+            if dry_run {
+                return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev: old.rev })?));
+            }
             let rev = api
                 .storage
                 .update(&k, stored_bytes(v.clone()), old.rev)
@@ -516,7 +723,13 @@ async fn delete(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) ->
             return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev })?));
         }
     }
-    let gone = api.storage.delete(&k, None).await.map_err(|e| storage_error(r, name, e))?;
+    let gone = if dry_run {
+        current
+    } else {
+        // With preconditions, at the version they were checked against.
+        let at = (opts.uid.is_some() || opts.resource_version.is_some()).then_some(current.rev);
+        api.storage.delete(&k, at).await.map_err(|e| storage_error(r, name, e))?
+    };
     match r.deleted {
         Deleted::Object => Ok((StatusCode::OK, shown(r, &gone)?)),
         Deleted::Status => {
@@ -623,7 +836,8 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
 pub async fn ensure_namespace(api: &Api, name: &str) -> Result<(), Status> {
     let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
     let body = Bytes::from(serde_json::to_vec(&serde_json::json!({"metadata": {"name": name}})).expect("a body"));
-    match create(api, namespaces, None, &HeaderMap::new(), &body).await {
+    let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
+    match create(api, namespaces, None, &HeaderMap::new(), &body, &mut check).await {
         Ok(_) => Ok(()),
         Err(s) if s.reason == "AlreadyExists" => Ok(()),
         Err(s) => Err(s),

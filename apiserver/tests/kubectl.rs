@@ -207,6 +207,43 @@ async fn scenario(running: &Running, dir: &Path) {
     assert_eq!(next!(), "DELETED other grey");
     drop(watch);
 
+    // Server-side dry runs change nothing.
+    let dry = k
+        .ok(&[
+            "create",
+            "configmap",
+            "dry",
+            "--from-literal=a=1",
+            "--dry-run=server",
+            "-o",
+            "jsonpath={.metadata.name}/{.metadata.resourceVersion}",
+        ])
+        .await;
+    assert_eq!(dry, "dry/");
+    assert_eq!(k.fails(&["get", "cm", "dry"]).await, "Error from server (NotFound): configmaps \"dry\" not found\n");
+    assert_eq!(
+        k.ok(&["label", "cm", "app-config", "dry=run", "--dry-run=server"]).await,
+        "configmap/app-config labeled (server dry run)\n"
+    );
+    assert_eq!(k.ok(&["get", "cm", "app-config", "-o", "jsonpath={.metadata.labels.dry}"]).await, "");
+    assert_eq!(
+        k.ok(&["delete", "cm", "app-config", "--dry-run=server"]).await,
+        "configmap \"app-config\" deleted (server dry run)\n"
+    );
+    assert_eq!(k.ok(&["get", "cm", "app-config", "-o", "name"]).await, "configmap/app-config\n");
+    // A delete whose precondition does not hold changes nothing.
+    let uri = "/api/v1/namespaces/default/configmaps/app-config";
+    let pre = k.file(
+        "pre.json",
+        serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "not-its-uid"}}),
+    );
+    let refused = k.fails(&["delete", "--raw", uri, "-f", &pre]).await;
+    assert!(
+        refused.contains("Precondition failed: UID in precondition: not-its-uid, UID in object meta: "),
+        "{refused}"
+    );
+    assert_eq!(k.ok(&["get", "cm", "app-config", "-o", "name"]).await, "configmap/app-config\n");
+
     let bad = k.file(
         "bad.json",
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}),
@@ -220,6 +257,25 @@ async fn scenario(running: &Running, dir: &Path) {
     assert_eq!(
         k.fails(&["get", "cm", "app-config"]).await,
         "Error from server (NotFound): configmaps \"app-config\" not found\n"
+    );
+
+    // Field validation: unknown fields refused (Strict), warned of (Warn, kube's default).
+    let typo = k.file("typo.json", serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo", "labelz": {}}, "dat": {"a": "b"}}));
+    let uri = "/api/v1/namespaces/default/configmaps";
+    let strict = k.fails(&["create", "--raw", &format!("{uri}?fieldValidation=Strict"), "-f", &typo]).await;
+    assert_eq!(
+        strict,
+        "Error from server (BadRequest): ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dat\", unknown field \"metadata.labelz\"\n"
+    );
+    let warned = k.run(&["create", "--raw", uri, "-f", &typo]).await;
+    assert!(warned.ok, "{}", warned.stderr);
+    assert_eq!(warned.stderr, "Warning: unknown field \"dat\"\nWarning: unknown field \"metadata.labelz\"\n");
+    let bad_directive = k.fails(&["create", "--raw", &format!("{uri}?fieldValidation=Loose"), "-f", &typo]).await;
+    assert!(
+        bad_directive.contains(
+            "fieldValidation: Unsupported value: \"Loose\": supported values: \"Ignore\", \"Strict\", \"Warn\""
+        ),
+        "{bad_directive}"
     );
 
     // kubectl's own generators send protobuf bodies.

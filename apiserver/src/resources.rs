@@ -66,8 +66,10 @@ fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Res
     serde_json::to_value(serde_json::from_value::<K>(v)?)
 }
 
-/// The verbs of a resource served with get, list, watch, create, update, patch and delete.
-const CRUD: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+/// Every verb of a resource (kube's order: alphabetical).
+const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+/// Every verb but deletecollection (namespaces).
+const NO_DELETECOLLECTION: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
 /// Every served resource.
 pub static RESOURCES: &[Resource] = &[
@@ -80,7 +82,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["cm"],
         categories: &[],
-        verbs: CRUD,
+        verbs: ALL,
         names: Names::Subdomain,
         strategy: Strategy::Plain,
         deleted: Deleted::Status,
@@ -95,7 +97,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: false,
         short_names: &["ns"],
         categories: &[],
-        verbs: CRUD,
+        verbs: NO_DELETECOLLECTION,
         names: Names::Label,
         strategy: Strategy::Namespace,
         deleted: Deleted::Object,
@@ -110,7 +112,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &[],
         categories: &[],
-        verbs: CRUD,
+        verbs: ALL,
         names: Names::Subdomain,
         strategy: Strategy::Secret,
         deleted: Deleted::Status,

@@ -293,7 +293,7 @@ pub async fn serve(
     let options = match verb {
         "create" => "CreateOptions",
         "update" => "UpdateOptions",
-        "delete" => "DeleteOptions",
+        "delete" | "deletecollection" => "DeleteOptions",
         _ => "PatchOptions",
     };
     let mut check = match Check::of(query, options) {
@@ -306,6 +306,10 @@ pub async fn serve(
         }
         Target::Collection { namespace } => match verb {
             "list" => list(api, r, namespace.as_deref(), query).await,
+            "deletecollection" => match DeleteOptions::of(&body, &mut check) {
+                Ok(_) => delete_collection(api, r, namespace.as_deref(), query, check.dry_run).await,
+                Err(s) => Err(s),
+            },
             _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
         },
         Target::Object { namespace, name } => match verb {
@@ -775,6 +779,23 @@ impl Selectors {
 /// The key prefix of a collection of `r` (in `namespace`, or all of them).
 pub fn collection(api: &Api, r: &Resource, namespace: Option<&str>) -> String {
     keys::collection(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced))
+}
+
+/// DELETE of a collection: what a LIST with the same options finds, deleted one by one (an
+/// object gone meanwhile is skipped); the answer is that list, as kube's `DeleteCollection`.
+async fn delete_collection(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query, dry_run: bool) -> Answer {
+    let (code, mut listed) = list(api, r, namespace, query).await?;
+    let mut deleted = Vec::new();
+    for item in listed["items"].as_array().cloned().unwrap_or_default() {
+        let ns = Some(meta::get(&item, "namespace")).filter(|n| !n.is_empty());
+        match delete(api, r, ns, meta::get(&item, "name"), dry_run, &DeleteOptions::default()).await {
+            Ok(_) => deleted.push(item),
+            Err(s) if s.code == 404 => {}
+            Err(s) => return Err(s),
+        }
+    }
+    listed["items"] = Value::Array(deleted);
+    Ok((code, listed))
 }
 
 async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {

@@ -278,6 +278,20 @@ async fn scenario(running: &Running, dir: &Path) {
         "{bad_directive}"
     );
 
+    // DELETE of a collection, by selector: the deleted objects answer.
+    for (n, tier) in [("c1", "x"), ("c2", "x"), ("c3", "y")] {
+        let f = k.file(&format!("{n}.json"), serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "labels": {"tier": tier}}}));
+        k.ok(&["create", "--validate=false", "-f", &f]).await;
+    }
+    let gone = k.ok(&["delete", "--raw", "/api/v1/namespaces/default/configmaps?labelSelector=tier%3Dx"]).await;
+    let gone: serde_json::Value = serde_json::from_str(&gone).unwrap();
+    let names: Vec<&str> =
+        gone["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!((gone["kind"].as_str(), names), (Some("ConfigMapList"), vec!["c1", "c2"]));
+    assert_eq!(k.ok(&["get", "cm", "-l", "tier in (x,y)", "-o", "name"]).await, "configmap/c3\n");
+    let ns_collection = k.fails(&["delete", "--raw", "/api/v1/namespaces"]).await;
+    assert!(ns_collection.contains("(MethodNotAllowed)"), "{ns_collection}");
+
     // kubectl's own generators send protobuf bodies.
     assert_eq!(k.ok(&["create", "namespace", "made-by-kubectl"]).await, "namespace/made-by-kubectl created\n");
     assert_eq!(k.ok(&["get", "ns", "made-by-kubectl", "-o", "jsonpath={.status.phase}"]).await, "Active");

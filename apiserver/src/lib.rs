@@ -7,6 +7,7 @@
 
 pub mod discovery;
 pub mod meta;
+pub mod openapi;
 pub mod patch;
 pub mod proto;
 pub mod resources;

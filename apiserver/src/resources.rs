@@ -60,6 +60,12 @@ pub struct Resource {
     pub deleted: Deleted,
     /// Decodes an object into the resource's type and encodes it back.
     pub canonical: fn(Value) -> Result<Value, serde_json::Error>,
+    /// The type's OpenAPI schema (a reference; its definitions land in the generator).
+    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+}
+
+fn schema<K: schemars::JsonSchema>(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    g.subschema_for::<K>()
 }
 
 fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Result<Value, serde_json::Error> {
@@ -87,6 +93,7 @@ pub static RESOURCES: &[Resource] = &[
         strategy: Strategy::Plain,
         deleted: Deleted::Status,
         canonical: canonical::<ConfigMap>,
+        schema: schema::<ConfigMap>,
     },
     Resource {
         group: "",
@@ -102,6 +109,7 @@ pub static RESOURCES: &[Resource] = &[
         strategy: Strategy::Namespace,
         deleted: Deleted::Object,
         canonical: canonical::<Namespace>,
+        schema: schema::<Namespace>,
     },
     Resource {
         group: "",
@@ -117,6 +125,7 @@ pub static RESOURCES: &[Resource] = &[
         strategy: Strategy::Secret,
         deleted: Deleted::Status,
         canonical: canonical::<Secret>,
+        schema: schema::<Secret>,
     },
 ];
 

@@ -112,6 +112,9 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
                 doc(&discovery::api_groups(), "application/json")
             };
         }
+        ["openapi", "v3"] if read => return doc(&crate::openapi::index(), "application/json"),
+        ["openapi", "v3", "api", v] if read => return found(crate::openapi::document("", v)),
+        ["openapi", "v3", "apis", g, v] if read => return found(crate::openapi::document(g, v)),
         ["api", "v1"] if read => return found(discovery::resource_list("", "v1")),
         ["apis", g] if read => return found(discovery::api_group(g)),
         ["apis", g, v] if read => return found(discovery::resource_list(g, v)),

@@ -292,6 +292,29 @@ async fn scenario(running: &Running, dir: &Path) {
     let ns_collection = k.fails(&["delete", "--raw", "/api/v1/namespaces"]).await;
     assert!(ns_collection.contains("(MethodNotAllowed)"), "{ns_collection}");
 
+    // OpenAPI v3: kubectl explain, and create/apply validated by the server (Strict).
+    let explained = k.ok(&["explain", "configmap.data"]).await;
+    assert!(
+        explained.contains("FIELD: data <map[string]string>")
+            && explained.contains("Data contains the configuration data."),
+        "{explained}"
+    );
+    let applied = |color: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"color": color, "size": "M"}});
+    let first = k.file("applied.json", applied("blue"));
+    assert_eq!(k.ok(&["apply", "-f", &first]).await, "configmap/applied created\n");
+    let second = k.file("applied2.json", applied("green"));
+    assert_eq!(k.ok(&["apply", "-f", &second]).await, "configmap/applied configured\n");
+    assert_eq!(k.ok(&["apply", "-f", &second]).await, "configmap/applied unchanged\n");
+    assert_eq!(k.ok(&["get", "cm", "applied", "-o", "jsonpath={.data.color} {.data.size}"]).await, "green M");
+    let typo_yaml = k.file(
+        "typo2.json",
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo2"}, "dat": {}}),
+    );
+    assert_eq!(
+        k.fails(&["create", "-f", &typo_yaml]).await,
+        format!("Error from server (BadRequest): error when creating \"{typo_yaml}\": ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dat\"\n")
+    );
+
     // kubectl's own generators send protobuf bodies.
     assert_eq!(k.ok(&["create", "namespace", "made-by-kubectl"]).await, "namespace/made-by-kubectl created\n");
     assert_eq!(k.ok(&["get", "ns", "made-by-kubectl", "-o", "jsonpath={.status.phase}"]).await, "Active");

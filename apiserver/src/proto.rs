@@ -121,6 +121,36 @@ pub fn decode(r: &Resource, body: &[u8]) -> Result<Value, Status> {
                 o.insert("immutable".into(), i.into());
             }
         }
+        ("v1", "ServiceAccount") => {
+            let a = k8s_pb::api::core::v1::ServiceAccount::decode(raw.as_slice()).map_err(|_| bad("ServiceAccount"))?;
+            o.insert("metadata".into(), object_meta(a.metadata.unwrap_or_default()));
+            let secrets: Vec<Value> = a
+                .secrets
+                .into_iter()
+                .map(|s| {
+                    let mut x = Map::new();
+                    put_str(&mut x, "kind", s.kind);
+                    put_str(&mut x, "namespace", s.namespace);
+                    put_str(&mut x, "name", s.name);
+                    put_str(&mut x, "uid", s.uid);
+                    put_str(&mut x, "apiVersion", s.api_version);
+                    put_str(&mut x, "resourceVersion", s.resource_version);
+                    put_str(&mut x, "fieldPath", s.field_path);
+                    Value::Object(x)
+                })
+                .collect();
+            if !secrets.is_empty() {
+                o.insert("secrets".into(), secrets.into());
+            }
+            let pulls: Vec<Value> =
+                a.image_pull_secrets.into_iter().map(|p| json!({"name": p.name.unwrap_or_default()})).collect();
+            if !pulls.is_empty() {
+                o.insert("imagePullSecrets".into(), pulls.into());
+            }
+            if let Some(m) = a.automount_service_account_token {
+                o.insert("automountServiceAccountToken".into(), m.into());
+            }
+        }
         ("v1", "Namespace") => {
             let n = k8s_pb::api::core::v1::Namespace::decode(raw.as_slice()).map_err(|_| bad("Namespace"))?;
             o.insert("metadata".into(), object_meta(n.metadata.unwrap_or_default()));

@@ -6,7 +6,7 @@
 //! encoded back (`canonical`), so a stored object has exactly the fields the type has, whatever
 //! a client sent beside them, and a field of the wrong type is refused as kube refuses it.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use serde_json::{Map, Value};
 
 use crate::storage::keys;
@@ -127,6 +127,22 @@ pub static RESOURCES: &[Resource] = &[
         canonical: canonical::<Secret>,
         schema: schema::<Secret>,
     },
+    Resource {
+        group: "",
+        version: "v1",
+        kind: "ServiceAccount",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        namespaced: true,
+        short_names: &["sa"],
+        categories: &[],
+        verbs: ALL,
+        names: Names::Subdomain,
+        strategy: Strategy::Plain,
+        deleted: Deleted::Object,
+        canonical: canonical::<ServiceAccount>,
+        schema: schema::<ServiceAccount>,
+    },
 ];
 
 impl Resource {
@@ -193,6 +209,7 @@ mod tests {
         check::<ConfigMap>(find("", "v1", "configmaps").unwrap());
         check::<Namespace>(find("", "v1", "namespaces").unwrap());
         check::<Secret>(find("", "v1", "secrets").unwrap());
+        check::<ServiceAccount>(find("", "v1", "serviceaccounts").unwrap());
     }
 
     #[test]

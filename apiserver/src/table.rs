@@ -108,6 +108,7 @@ const NAME_DOC: &str = "Name must be unique within a namespace. Is required when
 const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
 const CONFIGMAP_DATA_DOC: &str = "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.";
+const SERVICEACCOUNT_SECRETS_DOC: &str = "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a \"kubernetes.io/enforce-mountable-secrets\" annotation set to \"true\". The \"kubernetes.io/enforce-mountable-secrets\" annotation is deprecated since v1.32. Prefer separate namespaces to isolate access to mounted secrets. This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret";
 const SECRET_TYPE_DOC: &str = "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types";
 const SECRET_DATA_DOC: &str = "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4";
 
@@ -124,6 +125,7 @@ fn columns(r: &Resource) -> Vec<Column> {
             vec![name, ("Type", "string", "", SECRET_TYPE_DOC), ("Data", "string", "", SECRET_DATA_DOC), age]
         }
         (_, "ConfigMap") => vec![name, ("Data", "string", "", CONFIGMAP_DATA_DOC), age],
+        (_, "ServiceAccount") => vec![name, ("Secrets", "string", "", SERVICEACCOUNT_SECRETS_DOC), age],
         _ => vec![name, ("Created At", "date", "", AGE_DOC)],
     }
 }
@@ -146,6 +148,10 @@ fn cells(r: &Resource, obj: &Value) -> Vec<Value> {
             vec![name, obj.get("type").cloned().unwrap_or(Value::from("")), Value::from(data), age]
         }
         (_, "ConfigMap") => vec![name, count("data"), age],
+        (_, "ServiceAccount") => {
+            let secrets = obj.get("secrets").and_then(Value::as_array).map_or(0, Vec::len);
+            vec![name, Value::from(secrets), age]
+        }
         _ => vec![name, Value::String(created.into())],
     }
 }

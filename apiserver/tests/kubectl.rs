@@ -100,6 +100,7 @@ async fn scenario(running: &Running, dir: &Path) {
     assert!(rows.contains(&vec!["configmaps", "cm", "v1", "true", "ConfigMap"]), "{resources}");
     assert!(rows.contains(&vec!["namespaces", "ns", "v1", "false", "Namespace"]), "{resources}");
     assert!(rows.contains(&vec!["secrets", "v1", "true", "Secret"]), "{resources}");
+    assert!(rows.contains(&vec!["serviceaccounts", "sa", "v1", "true", "ServiceAccount"]), "{resources}");
     let version = k.ok(&["version", "-o", "json"]).await;
     let version: serde_json::Value = serde_json::from_str(&version).unwrap();
     assert_eq!(version["serverVersion"]["minor"], "33", "{version}");
@@ -328,6 +329,19 @@ async fn scenario(running: &Running, dir: &Path) {
     );
     assert_eq!(k.ok(&["create", "secret", "generic", "tok", "--from-literal=t=xyz"]).await, "secret/tok created\n");
     assert_eq!(k.ok(&["get", "secret", "tok", "-o", "jsonpath={.type} {.data.t}"]).await, "Opaque eHl6");
+    assert_eq!(k.ok(&["create", "serviceaccount", "robot"]).await, "serviceaccount/robot created\n");
+    let sas = table(k.ok(&["get", "sa"]).await);
+    assert_eq!(
+        (sas[0].join(" "), &sas[1][..2]),
+        ("NAME SECRETS AGE".to_string(), &["robot".to_string(), "0".to_string()][..])
+    );
+    let deleted = k.ok(&["delete", "--raw", "/api/v1/namespaces/default/serviceaccounts/robot"]).await;
+    let deleted: serde_json::Value = serde_json::from_str(&deleted).unwrap();
+    assert_eq!(
+        (deleted["kind"].as_str(), deleted["metadata"]["name"].as_str()),
+        (Some("ServiceAccount"), Some("robot")),
+        "a deleted service account answers itself"
+    );
     let dup = k.fails(&["create", "namespace", "made-by-kubectl"]).await;
     assert_eq!(dup, "Error from server (AlreadyExists): namespaces \"made-by-kubectl\" already exists\n");
 

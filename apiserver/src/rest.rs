@@ -781,6 +781,47 @@ pub fn collection(api: &Api, r: &Resource, namespace: Option<&str>) -> String {
     keys::collection(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced))
 }
 
+/// kube's `ValidateListOptions`: how `resourceVersionMatch` may combine with the rest; errors are
+/// 422 on `ListOptions.meta.k8s.io`.
+fn list_options(query: &Query) -> Result<(), Status> {
+    let get = |k: &str| query.get(k).map(String::as_str).unwrap_or("");
+    let (rv, matching, cont) = (get("resourceVersion"), get("resourceVersionMatch"), get("continue"));
+    let mut errors = Vec::new();
+    let forbidden = |why: &str| FieldError::new(FieldErrorType::Forbidden, "resourceVersionMatch", None, why);
+    if !matching.is_empty() {
+        if rv.is_empty() {
+            errors.push(forbidden("resourceVersionMatch is forbidden unless resourceVersion is provided"));
+        }
+        if !cont.is_empty() {
+            errors.push(forbidden("resourceVersionMatch is forbidden when continue is provided"));
+        }
+        if matching != "Exact" && matching != "NotOlderThan" {
+            errors.push(FieldError::new(
+                FieldErrorType::NotSupported,
+                "resourceVersionMatch",
+                Some(Value::String(matching.into())),
+                "supported values: \"Exact\", \"NotOlderThan\", \"\"",
+            ));
+        }
+        if matching == "Exact" && rv == "0" {
+            errors.push(forbidden("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+        }
+    }
+    if !get("sendInitialEvents").is_empty() {
+        errors.push(FieldError::new(
+            FieldErrorType::Forbidden,
+            "sendInitialEvents",
+            None,
+            "sendInitialEvents is forbidden for list",
+        ));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(status::invalid(GroupKind { group: "meta.k8s.io", kind: "ListOptions" }, "", &errors))
+    }
+}
+
 /// DELETE of a collection: what a LIST with the same options finds, deleted one by one (an
 /// object gone meanwhile is skipped); the answer is that list, as kube's `DeleteCollection`.
 async fn delete_collection(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query, dry_run: bool) -> Answer {
@@ -804,6 +845,7 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
         None => 0,
         Some(l) => l.parse().map_err(|_| status::bad_request(format!("invalid limit: {l}")))?,
     };
+    list_options(query)?;
     let at = match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => At::Latest,
         Some(rv) => match query.get("resourceVersionMatch").map(String::as_str) {
@@ -862,5 +904,24 @@ pub async fn ensure_namespace(api: &Api, name: &str) -> Result<(), Status> {
         Ok(_) => Ok(()),
         Err(s) if s.reason == "AlreadyExists" => Ok(()),
         Err(s) => Err(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_options_are_checked_as_kube_checks_them() {
+        let q =
+            |pairs: &[(&str, &str)]| -> Query { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        assert!(list_options(&q(&[("resourceVersion", "5"), ("resourceVersionMatch", "Exact")])).is_ok());
+        let e = list_options(&q(&[("resourceVersionMatch", "Exact")])).unwrap_err();
+        assert_eq!(e.code, 422);
+        assert_eq!(e.message, "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided");
+        let e = list_options(&q(&[("resourceVersion", "0"), ("resourceVersionMatch", "Exact")])).unwrap_err();
+        assert!(e.message.ends_with("resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""), "{}", e.message);
+        let e = list_options(&q(&[("resourceVersion", "1"), ("resourceVersionMatch", "Newest")])).unwrap_err();
+        assert!(e.message.ends_with("resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\""), "{}", e.message);
     }
 }

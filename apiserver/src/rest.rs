@@ -290,13 +290,19 @@ pub async fn serve(
         Ok(s) => s,
         Err(s) => return failure(s),
     };
+    // Writes' options (reads ignore them, as kube does).
     let options = match verb {
-        "create" => "CreateOptions",
-        "update" => "UpdateOptions",
-        "delete" | "deletecollection" => "DeleteOptions",
-        _ => "PatchOptions",
+        "create" => Some("CreateOptions"),
+        "update" => Some("UpdateOptions"),
+        "patch" => Some("PatchOptions"),
+        "delete" | "deletecollection" => Some("DeleteOptions"),
+        _ => None,
     };
-    let mut check = match Check::of(query, options) {
+    let checked = match options {
+        Some(o) => Check::of(query, o),
+        None => Ok(Check { validation: Validation::Ignore, dry_run: false, warnings: Vec::new() }),
+    };
+    let mut check = match checked {
         Ok(c) => c,
         Err(s) => return failure(s),
     };

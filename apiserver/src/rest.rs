@@ -16,8 +16,14 @@ use crate::status::{self, Details, FieldError, FieldErrorType, GroupKind, GroupR
 use crate::storage::{keys, At, ListOptions, Storage, StorageError, Stored};
 use crate::table;
 
-/// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`).
+/// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`), enforced where the body is
+/// read (`server`).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
+
+/// kube's 413 for a body past [`MAX_BODY_BYTES`].
+pub fn body_too_large() -> Status {
+    status::too_large(&format!("limit is {MAX_BODY_BYTES}"))
+}
 
 /// What a request names under a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,10 +106,20 @@ fn storage_error(r: &Resource, name: &str, e: StorageError) -> Status {
     }
 }
 
+/// A stored object's JSON, as stored.
+fn parsed(stored: &Stored) -> Result<Value, Status> {
+    serde_json::from_slice(&stored.value).map_err(|e| internal(format!("decoding a stored object: {e}")))
+}
+
+/// The object at `k` (named `name`), or kube's NotFound.
+async fn read(api: &Api, r: &Resource, k: &str, name: &str) -> Result<Stored, Status> {
+    let found = api.storage.get(k).await.map_err(|e| storage_error(r, name, e))?;
+    found.ok_or_else(|| status::not_found(r.gr(), name))
+}
+
 /// A stored object as clients see it: `kind`, `apiVersion`, and its resourceVersion.
 pub fn shown(r: &Resource, stored: &Stored) -> Result<Value, Status> {
-    let mut v: Value =
-        serde_json::from_slice(&stored.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+    let mut v = parsed(stored)?;
     meta::set(&mut v, "resourceVersion", &stored.rev.to_string());
     let Value::Object(m) = v else { return Err(internal("a stored object is not a JSON object")) };
     Ok(r.with_type(m))
@@ -119,14 +135,11 @@ fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
     keys::object(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced), name)
 }
 
-/// Decodes a request body into an object of `r`: JSON only (kube also takes YAML and protobuf;
+/// Decodes a request body into an object of `r`: JSON or kube's protobuf (kube also takes YAML;
 /// keel does not yet), its `apiVersion`/`kind`, when given, those of the endpoint.
 fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Result<Value, Status> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
-    if body.len() > MAX_BODY_BYTES {
-        return Err(status::too_large("limit is 3145728"));
-    }
     let v = match media {
         "application/json" | "*/*" | "" => {
             serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?
@@ -355,8 +368,7 @@ fn is_true(v: Option<&String>) -> bool {
 type Answer = Result<(StatusCode, Value), Status>;
 
 async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Answer {
-    let stored = api.storage.get(&key(api, r, namespace, name)).await.map_err(|e| storage_error(r, name, e))?;
-    let stored = stored.ok_or_else(|| status::not_found(r.gr(), name))?;
+    let stored = read(api, r, &key(api, r, namespace, name), name).await?;
     Ok((StatusCode::OK, shown(r, &stored)?))
 }
 
@@ -365,9 +377,7 @@ async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> An
 async fn check_namespace(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Result<(), Status> {
     let Some(ns) = namespace.filter(|_| r.namespaced) else { return Ok(()) };
     let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
-    let found = api.storage.get(&key(api, namespaces, None, ns)).await.map_err(|e| storage_error(r, name, e))?;
-    let Some(found) = found else { return Err(status::not_found(namespaces.gr(), ns)) };
-    let v: Value = serde_json::from_slice(&found.value).unwrap_or_default();
+    let v = parsed(&read(api, namespaces, &key(api, namespaces, None, ns), ns).await?)?;
     if field_of(&v, "status.phase") == "Terminating" {
         let message = format!(
             "{} {} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
@@ -484,12 +494,13 @@ async fn create(
         let Value::Object(m) = v else { return Err(internal("an object is a JSON object")) };
         return Ok((StatusCode::CREATED, r.with_type(m)));
     }
+    let value = stored_bytes(v);
     let rev = api
         .storage
-        .create(&key(api, r, namespace, &name), stored_bytes(v.clone()), 0)
+        .create(&key(api, r, namespace, &name), value.clone(), 0)
         .await
         .map_err(|e| storage_error(r, &name, e))?;
-    Ok((StatusCode::CREATED, shown(r, &Stored { value: stored_bytes(v), rev })?))
+    Ok((StatusCode::CREATED, shown(r, &Stored { value, rev })?))
 }
 
 async fn update(
@@ -522,24 +533,33 @@ async fn patch(
 ) -> Answer {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = crate::patch::kind_of(ct)?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(status::too_large("limit is 3145728"));
-    }
     let k = key(api, r, namespace, name);
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let old = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
-        let old = old.ok_or_else(|| status::not_found(r.gr(), name))?;
-        let current = shown(r, &old)?;
-        let patched = crate::patch::apply(kind, &current, body)?;
+        let old = read(api, r, &k, name).await?;
+        let patched = crate::patch::apply(kind, &shown(r, &old)?, body)?;
         let pinned = meta::get(&patched, "resourceVersion") != old.rev.to_string();
         check.warnings.clear();
-        match update_object(api, r, namespace, name, typed(r, patched, check)?, check.dry_run).await {
+        let mut v = typed(r, patched, check)?;
+        same_object(r, &mut v, namespace, name)?;
+        match update_from(api, r, &k, name, v, old, check.dry_run).await {
             Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
             done => return done,
         }
     }
+}
+
+/// A body sent to update the object at the path: its name that of the URL, its namespace the
+/// path's (taken when empty).
+fn same_object(r: &Resource, v: &mut Value, namespace: Option<&str>, name: &str) -> Result<(), Status> {
+    let given = meta::get(v, "name");
+    if given != name {
+        return Err(status::bad_request(format!(
+            "the name of the object ({given}) does not match the name on the URL ({name})"
+        )));
+    }
+    namespace_of_new(r, v, namespace)
 }
 
 async fn update_object(
@@ -550,18 +570,15 @@ async fn update_object(
     mut v: Value,
     dry_run: bool,
 ) -> Answer {
-    let given = meta::get(&v, "name").to_string();
-    if given != name {
-        return Err(status::bad_request(format!(
-            "the name of the object ({given}) does not match the name on the URL ({name})"
-        )));
-    }
-    namespace_of_new(r, &mut v, namespace)?;
+    same_object(r, &mut v, namespace, name)?;
     let k = key(api, r, namespace, name);
-    let old = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
-    let old = old.ok_or_else(|| status::not_found(r.gr(), name))?;
-    let old_v: Value =
-        serde_json::from_slice(&old.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
+    let old = read(api, r, &k, name).await?;
+    update_from(api, r, &k, name, v, old, dry_run).await
+}
+
+/// An update of `old` (the object at `k`) to `v`, with kube's rules for what a client may change.
+async fn update_from(api: &Api, r: &Resource, k: &str, name: &str, mut v: Value, old: Stored, dry_run: bool) -> Answer {
+    let old_v = parsed(&old)?;
     // The resourceVersion the client read, if it gave one: the update applies to that version
     // only. Without one, to the current version (the resources here allow unconditional updates).
     let expected = match meta::get(&v, "resourceVersion") {
@@ -626,11 +643,18 @@ async fn update_object(
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
     }
-    if dry_run {
-        return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev: old.rev })?));
-    }
-    let rev = api.storage.update(&k, stored_bytes(v.clone()), old.rev).await.map_err(|e| storage_error(r, name, e))?;
-    Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev })?))
+    write_over(api, r, k, name, v, old.rev, dry_run).await
+}
+
+/// Writes `v` over the object at `k` as it was at `rev`, and answers it; a dry run answers what
+/// would be written.
+async fn write_over(api: &Api, r: &Resource, k: &str, name: &str, v: Value, rev: i64, dry_run: bool) -> Answer {
+    let value = stored_bytes(v);
+    let rev = match dry_run {
+        true => rev,
+        false => api.storage.update(k, value.clone(), rev).await.map_err(|e| storage_error(r, name, e))?,
+    };
+    Ok((StatusCode::OK, shown(r, &Stored { value, rev })?))
 }
 
 fn without_meta(v: &Value) -> Value {
@@ -705,33 +729,20 @@ async fn delete(
 ) -> Answer {
     let k = key(api, r, namespace, name);
     // The object as it is, for preconditions (and the namespace's own path below).
-    let current = api.storage.get(&k).await.map_err(|e| storage_error(r, name, e))?;
-    let current = current.ok_or_else(|| status::not_found(r.gr(), name))?;
-    let current_v: Value =
-        serde_json::from_slice(&current.value).map_err(|e| internal(format!("decoding a stored object: {e}")))?;
-    opts.check(r, name, &current_v, current.rev)?;
-    if r.strategy == Strategy::Namespace {
-        // A namespace with finalizers is marked Terminating and kept until they are gone (the
-        // namespace controller's work).
-        let (old, mut v) = (&current, current_v.clone());
-        let finalizers = v.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
-        if finalizers {
-            if !meta::get(&v, "deletionTimestamp").is_empty() {
-                return Ok((StatusCode::OK, shown(r, old)?));
-            }
-            meta::set(&mut v, "deletionTimestamp", &meta::now());
-            meta::metadata(&mut v).insert("deletionGracePeriodSeconds".into(), Value::from(0));
-            v["status"] = serde_json::json!({"phase": "Terminating"});
-            if dry_run {
-                return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev: old.rev })?));
-            }
-            let rev = api
-                .storage
-                .update(&k, stored_bytes(v.clone()), old.rev)
-                .await
-                .map_err(|e| storage_error(r, name, e))?;
-            return Ok((StatusCode::OK, shown(r, &Stored { value: stored_bytes(v), rev })?));
+    let current = read(api, r, &k, name).await?;
+    let mut v = parsed(&current)?;
+    opts.check(r, name, &v, current.rev)?;
+    // A namespace with finalizers is marked Terminating and kept until they are gone (the
+    // namespace controller's work).
+    let finalizers = v.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+    if r.strategy == Strategy::Namespace && finalizers {
+        if !meta::get(&v, "deletionTimestamp").is_empty() {
+            return Ok((StatusCode::OK, shown(r, &current)?));
         }
+        meta::set(&mut v, "deletionTimestamp", &meta::now());
+        meta::metadata(&mut v).insert("deletionGracePeriodSeconds".into(), Value::from(0));
+        v["status"] = serde_json::json!({"phase": "Terminating"});
+        return write_over(api, r, &k, name, v, current.rev, dry_run).await;
     }
     let gone = if dry_run {
         current

@@ -296,8 +296,10 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     let host =
         if flags.bind_address.is_unspecified() { "127.0.0.1".to_string() } else { flags.bind_address.to_string() };
     let server_url = format!("https://{}", SocketAddr::new(host.parse()?, addr.port()));
-    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string(), host.clone()];
-    hosts.dedup();
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    if !hosts.contains(&host) {
+        hosts.push(host.clone());
+    }
     let made = pki(&flags.data_dir, &hosts)?;
     let serving = match (&flags.tls_cert_file, &flags.tls_private_key_file) {
         (Some(c), Some(k)) => (std::fs::read_to_string(c)?, std::fs::read_to_string(k)?),

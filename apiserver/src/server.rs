@@ -134,9 +134,9 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
         return rest::failure(status::no_such_resource());
     };
 
-    let body = match axum::body::to_bytes(body, rest::MAX_BODY_BYTES + 1).await {
+    let body = match axum::body::to_bytes(body, rest::MAX_BODY_BYTES).await {
         Ok(b) => b,
-        Err(_) => return rest::failure(status::too_large("limit is 3145728")),
+        Err(_) => return rest::failure(rest::body_too_large()),
     };
     let mut query = query_of(&parts.uri);
     let target = match target {

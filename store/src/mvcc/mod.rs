@@ -212,8 +212,7 @@ impl Mvcc {
     /// A point-in-time view of the whole engine, taken under the state lock so that it never
     /// falls inside a [`Mvcc::replace`]; it stays valid after the lock is released.
     pub fn engine_snapshot(&self) -> Arc<dyn Reads> {
-        let _state = self.state.read();
-        self.engine.snapshot()
+        self.read().engine_snapshot()
     }
 }
 

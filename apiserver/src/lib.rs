@@ -5,11 +5,13 @@
 //! errors ([`status`]) are written as kube writes them; discovery and a generic registry serve
 //! the resources of the table in [`resources`] over HTTPS ([`server`], [`run`]).
 
+pub mod cache;
 pub mod discovery;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod proto;
+pub mod reads;
 pub mod resources;
 pub mod rest;
 pub mod run;

@@ -44,6 +44,8 @@ pub struct Api {
     pub storage: Storage,
     /// `--etcd-prefix`.
     pub prefix: String,
+    /// The watch caches, which serve watches and the reads `reads` sends them.
+    pub caches: crate::cache::Caches,
 }
 
 /// An answer: a status code and a JSON body.
@@ -55,9 +57,20 @@ pub fn json(code: StatusCode, body: Vec<u8>) -> http::Response<Body> {
         .expect("a response")
 }
 
-/// A kube Status as the answer.
+/// A kube Status as the answer (with `Retry-After` when it asks the client to retry, as kube
+/// writes it).
 pub fn failure(s: Status) -> http::Response<Body> {
-    json(StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), s.to_json())
+    let mut answer = json(StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), s.to_json());
+    if let Some(after) = s.details.as_ref().and_then(|d| d.retry_after_seconds) {
+        answer.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from(after));
+    }
+    answer
+}
+
+/// kube's wrapping of an error that is not a Status (`newErrWatcher`, `InternalError` without
+/// details).
+pub fn internal_error(message: impl Into<String>) -> Status {
+    Status::failure(500, "InternalError", message, None)
 }
 
 /// kube's answer to an error it did not expect (`InternalError`).
@@ -80,7 +93,7 @@ impl Resource {
     }
 
     /// The fields its field selectors may name.
-    fn selectable(&self) -> &'static [&'static str] {
+    pub(crate) fn selectable(&self) -> &'static [&'static str] {
         match self.strategy {
             Strategy::Namespace => &["metadata.name", "status.phase"],
             Strategy::Secret => &["metadata.name", "metadata.namespace", "type"],
@@ -324,7 +337,7 @@ pub async fn serve(
             return crate::watch::serve(api, r, namespace.as_deref(), query, shape).await;
         }
         Target::Collection { namespace } => match verb {
-            "list" => list(api, r, namespace.as_deref(), query).await,
+            "list" => return list_answer(api, r, namespace.as_deref(), query, shape).await,
             "deletecollection" => match DeleteOptions::of(&body, &mut check) {
                 Ok(_) => delete_collection(api, r, namespace.as_deref(), query, check.dry_run).await,
                 Err(s) => Err(s),
@@ -332,7 +345,7 @@ pub async fn serve(
             _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
         },
         Target::Object { namespace, name } => match verb {
-            "get" => get(api, r, namespace.as_deref(), &name).await,
+            "get" => get(api, r, namespace.as_deref(), &name, query).await,
             "update" => update(api, r, namespace.as_deref(), &name, headers, &body, &mut check).await,
             "patch" => patch(api, r, namespace.as_deref(), &name, headers, &body, &mut check).await,
             _ => match DeleteOptions::of(&body, &mut check) {
@@ -367,8 +380,13 @@ fn is_true(v: Option<&String>) -> bool {
 
 type Answer = Result<(StatusCode, Value), Status>;
 
-async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Answer {
-    let stored = read(api, r, &key(api, r, namespace, name), name).await?;
+async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str, query: &Query) -> Answer {
+    let k = key(api, r, namespace, name);
+    if let Some(cache) = crate::reads::get_source(api, r, query).await? {
+        let (_, found) = cache.get(&k);
+        return found.map(|o| (StatusCode::OK, o.value(r))).ok_or_else(|| status::not_found(r.gr(), name));
+    }
+    let stored = read(api, r, &k, name).await?;
     Ok((StatusCode::OK, shown(r, &stored)?))
 }
 
@@ -783,13 +801,24 @@ impl Selectors {
         Ok(Selectors { labels, fields })
     }
 
+    /// Selectors that select everything.
+    pub fn everything() -> Selectors {
+        Selectors { labels: LabelSelector::default(), fields: FieldSelector::default() }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
     /// Whether an object (as shown to clients) is selected.
     pub fn matches(&self, v: &Value) -> bool {
-        self.labels.matches(v.get("metadata").and_then(|m| m.get("labels"))) && self.fields.matches(|f| field_of(v, f))
+        self.matches_parts(v.get("metadata").and_then(|m| m.get("labels")), |f| field_of(v, f))
+    }
+
+    /// Whether an object with `labels` whose selectable fields read as `field` gives them is
+    /// selected.
+    pub fn matches_parts(&self, labels: Option<&Value>, field: impl Fn(&str) -> String) -> bool {
+        self.labels.matches(labels) && self.fields.matches(field)
     }
 }
 
@@ -856,13 +885,57 @@ async fn delete_collection(api: &Api, r: &Resource, namespace: Option<&str>, que
     Ok((code, listed))
 }
 
-async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {
+/// A LIST's selectors and limit, once its options are checked as kube checks them.
+fn list_request(r: &Resource, query: &Query) -> Result<(Selectors, i64), Status> {
     let sel = Selectors::of(r, query)?;
     let limit: i64 = match query.get("limit") {
         None => 0,
         Some(l) => l.parse().map_err(|_| status::bad_request(format!("invalid limit: {l}")))?,
     };
     list_options(query)?;
+    Ok((sel, limit))
+}
+
+/// Answers a LIST from the watch cache or the store (`reads` decides), in `shape`.
+async fn list_answer(
+    api: &Api,
+    r: &'static Resource,
+    namespace: Option<&str>,
+    query: &Query,
+    shape: table::Shape,
+) -> http::Response<Body> {
+    let include = query.get("includeObject").map(String::as_str);
+    let answered = async {
+        let (sel, limit) = list_request(r, query)?;
+        let Some((cache, limit)) = crate::reads::list_source(api, r, query, limit).await? else {
+            let (_, v) = list(api, r, namespace, query).await?;
+            return Ok(status::go_json(&table::render(shape, r, v, include)?));
+        };
+        let listed = cache.list(&collection(api, r, namespace), &sel, limit);
+        match shape {
+            table::Shape::Object => Ok(crate::reads::list_json(r, &listed)),
+            _ => Ok(status::go_json(&table::render(shape, r, crate::reads::list_value(r, &listed), include)?)),
+        }
+    };
+    match answered.await {
+        Ok(body) => json(StatusCode::OK, body),
+        Err(s) => failure(s),
+    }
+}
+
+/// A list of `r` as kube encodes it.
+pub(crate) fn list_of(r: &Resource, metadata: Map<String, Value>, items: Vec<Value>) -> Value {
+    let mut list = Map::new();
+    list.insert("kind".into(), Value::String(format!("{}List", r.kind)));
+    list.insert("apiVersion".into(), Value::String(r.api_version()));
+    list.insert("metadata".into(), Value::Object(metadata));
+    list.insert("items".into(), Value::Array(items));
+    Value::Object(list)
+}
+
+/// A LIST from the store.
+async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {
+    let (sel, limit) = list_request(r, query)?;
     let at = match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => At::Latest,
         Some(rv) => match query.get("resourceVersionMatch").map(String::as_str) {
@@ -904,12 +977,7 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
     if let Some(n) = remaining {
         metadata.insert("remainingItemCount".into(), Value::from(n));
     }
-    let mut list = Map::new();
-    list.insert("kind".into(), Value::String(format!("{}List", r.kind)));
-    list.insert("apiVersion".into(), Value::String(r.api_version()));
-    list.insert("metadata".into(), Value::Object(metadata));
-    list.insert("items".into(), Value::Array(items));
-    Ok((StatusCode::OK, Value::Object(list)))
+    Ok((StatusCode::OK, list_of(r, metadata, items)))
 }
 
 /// Creates namespace `name` unless it exists (the namespaces kube-apiserver makes at start).

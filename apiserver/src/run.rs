@@ -12,6 +12,7 @@ use base64::Engine as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::cache::Caches;
 use crate::rest::Api;
 use crate::server::{self, Shared};
 use crate::storage::Storage;
@@ -104,6 +105,20 @@ impl Running {
             m.begin_shutdown();
             m.shutdown().await;
         }
+    }
+}
+
+/// Whether a store of etcd `version` answers progress requests only once every event before
+/// them is sent (etcd-io/etcd#15220, fixed in 3.4.31 and 3.5.13: kube's minimum for serving
+/// consistent reads from its cache).
+fn progress_trusted(version: &str) -> bool {
+    let v: Vec<u64> = version.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    match v.as_slice() {
+        [3, 4, patch, ..] => *patch >= 31,
+        [3, 5, patch, ..] => *patch >= 13,
+        [3, minor, ..] => *minor >= 6,
+        [major, ..] => *major > 3,
+        [] => false,
     }
 }
 
@@ -289,7 +304,13 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     };
     let channel = connect(&urls[0]).await?;
     let storage = Storage::new(channel);
-    let api = Api { storage: storage.clone(), prefix: flags.etcd_prefix.trim_end_matches('/').to_string() };
+    let prefix = flags.etcd_prefix.trim_end_matches('/').to_string();
+    // Consistent reads come from the watch caches where the store's progress notifications can
+    // be trusted: the member in this process, or an etcd kube trusts.
+    let consistent = member.is_some() || progress_trusted(&storage.version().await.unwrap_or_default());
+    let (caches, feeding) = Caches::start(&storage, &prefix, consistent);
+    tasks.extend(feeding);
+    let api = Api { storage: storage.clone(), prefix, caches };
 
     let listener = tokio::net::TcpListener::bind((flags.bind_address, flags.secure_port)).await?;
     let addr = listener.local_addr()?;
@@ -326,6 +347,9 @@ pub async fn start(flags: &Flags) -> Result<Running> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    if !api.caches.ready(Duration::from_secs(60)).await {
+        bail!("the watch caches did not fill from the store within a minute");
+    }
     if !flags.etcd_compaction_interval.is_zero() {
         tasks.push(tokio::spawn(storage.clone().compact_every(flags.etcd_compaction_interval)));
     }
@@ -346,6 +370,16 @@ pub async fn start(flags: &Flags) -> Result<Running> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_trusted_from_the_etcd_versions_kube_requires() {
+        assert!(!progress_trusted("3.4.23"));
+        assert!(progress_trusted("3.4.31"));
+        assert!(!progress_trusted("3.5.12"));
+        assert!(progress_trusted("3.5.13"));
+        assert!(progress_trusted("3.6.0"));
+        assert!(!progress_trusted(""));
+    }
 
     #[test]
     fn durations_parse_as_go_parses_them() {

@@ -154,6 +154,11 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
+    /// The first `field=value` term, if there is one (what a watcher can be indexed by).
+    pub fn exact(&self) -> Option<(&str, &str)> {
+        self.0.iter().find(|(_, eq, _)| *eq).map(|(f, _, v)| (f.as_str(), v.as_str()))
+    }
+
     /// Whether an object whose supported fields read as `field` gives them is selected.
     pub fn matches(&self, field: impl Fn(&str) -> String) -> bool {
         self.0.iter().all(|(f, eq, v)| (field(f) == *v) == *eq)

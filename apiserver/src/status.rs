@@ -185,6 +185,31 @@ pub fn expired(message: impl Into<String>) -> Status {
     Status::failure(410, "Expired", message, None)
 }
 
+/// kube's 504 for a resourceVersion the server has not reached (`NewTooLargeResourceVersionError`).
+pub fn too_large_resource_version(want: i64, current: i64) -> Status {
+    let details = Details {
+        causes: vec![Cause {
+            reason: "ResourceVersionTooLarge",
+            message: "Too large resource version".into(),
+            field: String::new(),
+        }],
+        retry_after_seconds: Some(1),
+        ..Default::default()
+    };
+    Status::failure(
+        504,
+        "Timeout",
+        format!("Timeout: Too large resource version: {want}, current: {current}"),
+        Some(details),
+    )
+}
+
+/// kube's 429 (`NewTooManyRequests`), asking the client to come back after `retry_after` seconds.
+pub fn too_many_requests(message: &str, retry_after: i32) -> Status {
+    let details = Details { retry_after_seconds: Some(retry_after), ..Default::default() };
+    Status::failure(429, "TooManyRequests", message, Some(details))
+}
+
 /// 400 BadRequest.
 pub fn bad_request(message: impl Into<String>) -> Status {
     Status::failure(400, "BadRequest", message, None)

@@ -76,7 +76,7 @@ async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
 }
 
 /// The scenario, against a started server.
-async fn scenario(running: &Running, dir: &Path) {
+async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
     let files = dir.join("files");
     std::fs::create_dir_all(&files).unwrap();
     let k = Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.join("cache"), files };
@@ -207,6 +207,54 @@ async fn scenario(running: &Running, dir: &Path) {
     k.ok(&["delete", "cm", "other"]).await;
     assert_eq!(next!(), "DELETED other grey");
     drop(watch);
+
+    // Reads and watches from the watch cache, as kube serves them.
+    k.ok(&["create", "configmap", "second", "--from-literal=a=b"]).await;
+    let uri = "/api/v1/namespaces/default/configmaps";
+    let raw = |q: &str| format!("{uri}?{q}");
+    let json = |s: String| -> serde_json::Value { serde_json::from_str(&s).unwrap() };
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+    };
+    // At resourceVersion 0 a limit is not applied.
+    let at_zero = json(k.ok(&["get", "--raw", &raw("resourceVersion=0&limit=1")]).await);
+    assert_eq!(names(&at_zero), ["app-config", "second"]);
+    assert!(at_zero["metadata"].get("continue").is_none(), "{at_zero}");
+    // A consistent list with a limit continues, the rest from the store at the list's revision.
+    let first = json(k.ok(&["get", "--raw", &raw("limit=1")]).await);
+    assert_eq!(
+        (names(&first), first["metadata"]["remainingItemCount"].as_i64()),
+        (vec!["app-config".to_string()], Some(1))
+    );
+    let token = first["metadata"]["continue"].as_str().unwrap();
+    let rest = json(k.ok(&["get", "--raw", &raw(&format!("limit=1&continue={token}"))]).await);
+    assert_eq!(names(&rest), ["second"]);
+    assert_eq!(rest["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"]);
+    // WatchList: the state as ADDED events, then the bookmark that ends them. Without a
+    // resourceVersion it starts at the store's current revision, which needs a store whose
+    // progress notifications kube trusts (not etcd 3.4.23: kube's error, as an ERROR event).
+    let watch_list =
+        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1";
+    let consistent = k.ok(&["get", "--raw", &raw(watch_list)]).await;
+    let streamed = if progress_trusted {
+        consistent
+    } else {
+        assert_eq!(consistent, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled\",\"reason\":\"InternalError\",\"code\":500}}\n");
+        k.ok(&["get", "--raw", &raw(&format!("{watch_list}&resourceVersion=0"))]).await
+    };
+    let events: Vec<serde_json::Value> = streamed.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ADDED", "ADDED", "BOOKMARK"], "{streamed}");
+    let end = &events[2]["object"]["metadata"];
+    assert_eq!(end["annotations"]["k8s.io/initial-events-end"], "true");
+    let end_rv: i64 = end["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(end_rv >= first["metadata"]["resourceVersion"].as_str().unwrap().parse::<i64>().unwrap());
+    let refused = k.fails(&["get", "--raw", &raw("watch=1&resourceVersionMatch=NotOlderThan")]).await;
+    assert!(
+        refused.contains("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"),
+        "{refused}"
+    );
+    k.ok(&["delete", "configmap", "second"]).await;
 
     // Server-side dry runs change nothing.
     let dry = k
@@ -397,7 +445,7 @@ async fn scenario(running: &Running, dir: &Path) {
 async fn kubectl_on_the_embedded_store() {
     let dir = tempfile::tempdir().unwrap();
     let running = serve(dir.path(), None).await;
-    scenario(&running, dir.path()).await;
+    scenario(&running, dir.path(), true).await;
     running.stop().await;
 }
 
@@ -406,6 +454,6 @@ async fn kubectl_on_etcd() {
     let etcd = common::etcd();
     let dir = tempfile::tempdir().unwrap();
     let running = serve(dir.path(), Some(&etcd.url)).await;
-    scenario(&running, dir.path()).await;
+    scenario(&running, dir.path(), false).await;
     running.stop().await;
 }

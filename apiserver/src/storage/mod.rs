@@ -19,11 +19,12 @@ pub mod watch;
 
 use keel_proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use keel_proto::etcdserverpb::kv_client::KvClient;
+use keel_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use keel_proto::etcdserverpb::request_op::Request;
 use keel_proto::etcdserverpb::response_op::Response;
 use keel_proto::etcdserverpb::watch_client::WatchClient;
 use keel_proto::etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, TxnResponse,
 };
 use keel_proto::mvccpb::KeyValue;
 use tonic::transport::Channel;
@@ -111,6 +112,7 @@ pub struct Page {
 pub struct Storage {
     kv: KvClient<Channel>,
     watch: WatchClient<Channel>,
+    maintenance: MaintenanceClient<Channel>,
 }
 
 fn compare_mod_rev(key: &str, rev: i64) -> Compare {
@@ -148,8 +150,23 @@ impl Storage {
     pub fn new(channel: Channel) -> Self {
         Self {
             kv: KvClient::new(channel.clone()).max_decoding_message_size(usize::MAX),
-            watch: WatchClient::new(channel).max_decoding_message_size(usize::MAX),
+            watch: WatchClient::new(channel.clone()).max_decoding_message_size(usize::MAX),
+            maintenance: MaintenanceClient::new(channel),
         }
+    }
+
+    /// The store's current revision, as kube's `GetCurrentResourceVersion` reads it: a
+    /// linearizable Range of the one key a collection prefix names without its `/`.
+    pub async fn current_revision(&self, prefix: &str) -> Result<i64> {
+        let key = prefix.trim_end_matches('/');
+        let r = RangeRequest { key: key.as_bytes().to_vec().into(), limit: 1, ..Default::default() };
+        let resp = self.kv.clone().range(r).await?.into_inner();
+        Ok(resp.header.map_or(0, |h| h.revision))
+    }
+
+    /// The version the store reports (etcd's `Maintenance.Status`), e.g. `3.4.23`.
+    pub async fn version(&self) -> Result<String> {
+        Ok(self.maintenance.clone().status(StatusRequest {}).await?.into_inner().version)
     }
 
     /// The object at `key`, if any (a linearizable read).

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use futures::Stream;
 use keel_proto::etcdserverpb::watch_request::RequestUnion;
-use keel_proto::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use keel_proto::etcdserverpb::{WatchCreateRequest, WatchProgressRequest, WatchRequest};
 use keel_proto::mvccpb::event::EventType;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,12 +51,34 @@ struct State {
     done: bool,
 }
 
+/// Asks a running watch for a progress notification: the store answers with a `Progress` of
+/// its current revision once it has sent every change up to it (etcd's `RequestProgress`).
+#[derive(Clone)]
+pub struct ProgressRequests(mpsc::Sender<WatchRequest>);
+
+impl ProgressRequests {
+    /// Asks; false if the watch has ended.
+    pub fn request(&self) -> bool {
+        let progress = WatchRequest { request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})) };
+        !matches!(self.0.try_send(progress), Err(mpsc::error::TrySendError::Closed(_)))
+    }
+}
+
 impl Storage {
     /// Every change under `prefix` after revision `after` (a resourceVersion), in revision
     /// order, until the stream is dropped. `Compacted` (as the stream's first item, then its end)
     /// if the store no longer has the revisions after `after`.
     pub async fn watch(&self, prefix: &str, after: i64) -> Result<impl Stream<Item = Result<Change>> + Send + 'static> {
-        let (tx, rx) = mpsc::channel(1);
+        Ok(self.watch_with_progress(prefix, after).await?.0)
+    }
+
+    /// [`Storage::watch`], and a handle that asks it for progress notifications.
+    pub async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        after: i64,
+    ) -> Result<(impl Stream<Item = Result<Change>> + Send + 'static, ProgressRequests)> {
+        let (tx, rx) = mpsc::channel(4);
         let create = WatchCreateRequest {
             key: prefix.as_bytes().to_vec().into(),
             range_end: keys::prefix_end(prefix.as_bytes()).into(),
@@ -69,8 +91,9 @@ impl Storage {
             .await
             .map_err(|_| StorageError::Store(tonic::Status::unavailable("watch request stream closed")))?;
         let responses = self.watch.clone().watch(ReceiverStream::new(rx)).await?.into_inner();
+        let progress = ProgressRequests(tx.clone());
         let state = State { _requests: tx, responses, ready: VecDeque::new(), done: false };
-        Ok(futures::stream::unfold(state, |mut st| async move {
+        let changes = futures::stream::unfold(state, |mut st| async move {
             loop {
                 if let Some(change) = st.ready.pop_front() {
                     return Some((Ok(change), st));
@@ -124,6 +147,7 @@ impl Storage {
                     });
                 }
             }
-        }))
+        });
+        Ok((changes, progress))
     }
 }

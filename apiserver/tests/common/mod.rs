@@ -13,9 +13,19 @@ pub fn port() -> u16 {
 /// A real etcd, killed (and its data removed) when dropped.
 pub struct Etcd {
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    peer: String,
     /// Its client URL.
     pub url: String,
+}
+
+impl Etcd {
+    /// Kills it and starts it again on its data and ports (it may not answer yet).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(self.dir.path(), &self.url, &self.peer);
+    }
 }
 
 impl Drop for Etcd {
@@ -29,9 +39,14 @@ impl Drop for Etcd {
 pub fn etcd() -> Etcd {
     let dir = tempfile::tempdir().unwrap();
     let (client, peer) = (format!("http://127.0.0.1:{}", port()), format!("http://127.0.0.1:{}", port()));
+    let child = spawn(dir.path(), &client, &peer);
+    Etcd { child, dir, peer, url: client }
+}
+
+fn spawn(dir: &std::path::Path, client: &str, peer: &str) -> Child {
     let mut cmd = Command::new("etcd");
-    cmd.args(["--data-dir", dir.path().join("data").to_str().unwrap(), "--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client, "--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+    cmd.args(["--data-dir", dir.join("data").to_str().unwrap(), "--listen-client-urls", client])
+        .args(["--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
         .args(["--initial-cluster", &format!("default={peer}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -42,6 +57,5 @@ pub fn etcd() -> Etcd {
             Ok(())
         });
     }
-    let child = cmd.spawn().expect("etcd on PATH (scripts/deps.sh installs it)");
-    Etcd { child, _dir: dir, url: client }
+    cmd.spawn().expect("etcd on PATH (scripts/deps.sh installs it)")
 }

@@ -345,6 +345,7 @@ mod tests {
         assert_eq!(hash("namespaces"), "Q3oi5N2YM8M=");
         assert_eq!(hash("secrets"), "S6u1pOWzb84=");
         assert_eq!(hash("serviceaccounts"), "pbx9ZvyFpBE=");
+        assert_eq!(hash("pods"), "xPOwRZ+Yhw8=");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod pods;
 pub mod proto;
 pub mod reads;
 pub mod resources;

@@ -14,10 +14,11 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let flags = Flags::parse();
     let running = start(&flags).await?;
+    let kubeconfig = std::fs::canonicalize(&running.kubeconfig).unwrap_or_else(|_| running.kubeconfig.clone());
     eprintln!(
-        "keel-apiserver serves https://{} — point kubectl at it with:\n  export KUBECONFIG={}",
+        "keel-apiserver serves https://{} — point kubectl at it with:\n  export KUBECONFIG={}\n  kubectl get namespaces",
         running.addr,
-        running.kubeconfig.display()
+        kubeconfig.display()
     );
     let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
     tokio::select! {

@@ -46,9 +46,39 @@ pub enum ListStrategy {
 /// The patch strategy of the list at `path` (field names joined by `.`, list positions left
 /// out), from kube's struct tags for the types served.
 pub fn strategy(path: &str) -> ListStrategy {
+    // A pod's spec, or a pod template's (`spec.template.spec` of the workloads).
+    if let Some(pod) = path.strip_prefix("spec.template.spec.").or_else(|| path.strip_prefix("spec.")) {
+        let container = pod
+            .strip_prefix("containers.")
+            .or_else(|| pod.strip_prefix("initContainers."))
+            .or_else(|| pod.strip_prefix("ephemeralContainers."));
+        let key = match container {
+            Some("ports") => Some("containerPort"),
+            Some("env") => Some("name"),
+            Some("volumeMounts") => Some("mountPath"),
+            Some("volumeDevices") => Some("devicePath"),
+            Some(_) => None,
+            None => match pod {
+                "containers"
+                | "initContainers"
+                | "ephemeralContainers"
+                | "volumes"
+                | "imagePullSecrets"
+                | "schedulingGates"
+                | "resourceClaims" => Some("name"),
+                "hostAliases" => Some("ip"),
+                _ => None,
+            },
+        };
+        if let Some(k) = key {
+            return ListStrategy::MergeKey(k);
+        }
+    }
     match path {
         "metadata.ownerReferences" => ListStrategy::MergeKey("uid"),
         "metadata.finalizers" => ListStrategy::Union,
+        "status.conditions" => ListStrategy::MergeKey("type"),
+        "status.podIPs" | "status.hostIPs" => ListStrategy::MergeKey("ip"),
         _ => ListStrategy::Replace,
     }
 }

@@ -6,7 +6,7 @@
 //! encoded back (`canonical`), so a stored object has exactly the fields the type has, whatever
 //! a client sent beside them, and a field of the wrong type is refused as kube refuses it.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use serde_json::{Map, Value};
 
 use crate::storage::keys;
@@ -32,6 +32,9 @@ pub enum Strategy {
     /// Secrets: `type` defaults to `Opaque`; `stringData` is merged into `data` (base64) and
     /// dropped, as kube's conversion does.
     Secret,
+    /// Pods (`crate::pods`): kube's defaults, a Pending status with the QoS class on create,
+    /// validation of the spec, and updates that change only what kube lets them.
+    Pod,
 }
 
 /// Which names a resource accepts (kube's `NameIsDNSSubdomain` or `NameIsDNSLabel`).
@@ -110,6 +113,22 @@ pub static RESOURCES: &[Resource] = &[
         deleted: Deleted::Object,
         canonical: canonical::<Namespace>,
         schema: schema::<Namespace>,
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+        singular: "pod",
+        namespaced: true,
+        short_names: &["po"],
+        categories: &["all"],
+        verbs: ALL,
+        names: Names::Subdomain,
+        strategy: Strategy::Pod,
+        deleted: Deleted::Object,
+        canonical: canonical::<Pod>,
+        schema: schema::<Pod>,
     },
     Resource {
         group: "",
@@ -209,6 +228,7 @@ mod tests {
         check::<ConfigMap>(find("", "v1", "configmaps").unwrap());
         check::<Namespace>(find("", "v1", "namespaces").unwrap());
         check::<Secret>(find("", "v1", "secrets").unwrap());
+        check::<Pod>(find("", "v1", "pods").unwrap());
         check::<ServiceAccount>(find("", "v1", "serviceaccounts").unwrap());
     }
 

@@ -97,6 +97,7 @@ impl Resource {
         match self.strategy {
             Strategy::Namespace => &["metadata.name", "status.phase"],
             Strategy::Secret => &["metadata.name", "metadata.namespace", "type"],
+            Strategy::Pod => crate::pods::SELECTABLE,
             Strategy::Plain if self.namespaced => &["metadata.name", "metadata.namespace"],
             Strategy::Plain => &["metadata.name"],
         }
@@ -433,6 +434,18 @@ fn prepare_create(r: &Resource, v: &mut Value) {
             o.insert("status".into(), serde_json::json!({"phase": "Active"}));
         }
         Strategy::Secret => secret_defaults(v),
+        Strategy::Pod => {
+            crate::pods::defaults(v);
+            crate::pods::new_status(v);
+        }
+    }
+}
+
+/// What `r`'s validation refuses in an object about to be stored (beyond its name).
+fn validate(r: &Resource, v: &Value) -> Vec<FieldError> {
+    match r.strategy {
+        Strategy::Pod => crate::pods::validate(v),
+        _ => Vec::new(),
     }
 }
 
@@ -489,11 +502,8 @@ async fn create(
         let name = meta::generate_name(meta::get(&v, "generateName"));
         meta::set(&mut v, "name", &name);
     }
-    let errors = meta::name_errors(r.names, &v);
     let name = meta::get(&v, "name").to_string();
-    if !errors.is_empty() {
-        return Err(status::invalid(r.gk(), &name, &errors));
-    }
+    // The namespace first (kube's admission), then validation.
     check_namespace(api, r, namespace, &name).await?;
     if !meta::get(&v, "resourceVersion").is_empty() {
         return Err(internal("resourceVersion should not be set on objects to be created"));
@@ -504,6 +514,11 @@ async fn create(
         meta::metadata(&mut v).remove(system);
     }
     prepare_create(r, &mut v);
+    let mut errors = meta::name_errors(r.names, &v);
+    errors.extend(validate(r, &v));
+    if !errors.is_empty() {
+        return Err(status::invalid(r.gk(), &name, &errors));
+    }
     if check.dry_run {
         // What the create would store, unstored: no resourceVersion (kube's dry run).
         if api.storage.get(&key(api, r, namespace, &name)).await.map_err(|e| storage_error(r, &name, e))?.is_some() {
@@ -651,9 +666,21 @@ async fn update_from(api: &Api, r: &Resource, k: &str, name: &str, mut v: Value,
             }
         }
         Strategy::Secret => secret_defaults(&mut v),
+        // A pod's status is its status subresource's; its spec changes only as kube allows.
+        Strategy::Pod => {
+            crate::pods::defaults(&mut v);
+            match old_v.get("status") {
+                Some(s) => v["status"] = s.clone(),
+                None => {
+                    v.as_object_mut().expect("an object").remove("status");
+                }
+            }
+            errors.extend(crate::pods::update_errors(&old_v, &v));
+        }
         Strategy::Plain => {}
     }
     errors.extend(meta::name_errors(r.names, &v));
+    errors.extend(validate(r, &v));
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), name, &errors));
     }

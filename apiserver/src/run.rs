@@ -19,7 +19,13 @@ use crate::storage::Storage;
 
 /// keel-apiserver's flags.
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "keel-apiserver", version, about = "A Kubernetes API server on keel (or etcd)")]
+// A flag given twice takes its last value, as kube-apiserver's flags do.
+#[command(
+    name = "keel-apiserver",
+    version,
+    about = "A Kubernetes API server on keel (or etcd)",
+    args_override_self = true
+)]
 pub struct Flags {
     /// etcd servers to use (comma-separated URLs); without them, a keel member runs in this
     /// process with its data under --data-dir.
@@ -379,6 +385,19 @@ mod tests {
         assert!(progress_trusted("3.5.13"));
         assert!(progress_trusted("3.6.0"));
         assert!(!progress_trusted(""));
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value() {
+        let f = <Flags as clap::Parser>::parse_from([
+            "keel-apiserver",
+            "--data-dir",
+            "a",
+            "--secure-port=1",
+            "--data-dir=b",
+        ]);
+        assert_eq!((f.data_dir, f.secure_port), (PathBuf::from("b"), 1));
+        assert!(<Flags as clap::Parser>::try_parse_from(["keel-apiserver", "--no-such-flag"]).is_err());
     }
 
     #[test]

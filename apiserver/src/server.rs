@@ -208,6 +208,8 @@ mod tests {
         assert_eq!(r(&["namespaces"]), Some(("namespaces", Target::Collection { namespace: None })));
         assert_eq!(r(&["configmaps", "x"]), None, "a namespaced object needs its namespace");
         assert_eq!(r(&["namespaces", "a", "configmaps", "x", "status"]), None);
-        assert_eq!(r(&["pods"]), None);
+        assert_eq!(r(&["pods"]), Some(("pods", Target::Collection { namespace: None })));
+        assert_eq!(r(&["namespaces", "a", "pods", "x", "status"]), None, "no subresources yet");
+        assert_eq!(r(&["nodes"]), None);
     }
 }

@@ -112,8 +112,25 @@ const SERVICEACCOUNT_SECRETS_DOC: &str = "Secrets is a list of the secrets in th
 const SECRET_TYPE_DOC: &str = "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types";
 const SECRET_DATA_DOC: &str = "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4";
 
+const POD_READY_DOC: &str = "The aggregate readiness state of this pod for accepting traffic.";
+const POD_STATUS_DOC: &str = "The aggregate status of the containers in this pod.";
+const POD_RESTARTS_DOC: &str = "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.";
+const POD_IP_DOC: &str =
+    "podIP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.";
+const POD_NODE_DOC: &str = "NodeName indicates in which node this pod is scheduled. If empty, this pod is a candidate for scheduling by the scheduler defined in schedulerName. Once this field is set, the kubelet for this node becomes responsible for the lifecycle of this pod. This field should not be used to express a desire for the pod to be scheduled on a specific node. https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodename";
+const POD_NOMINATED_DOC: &str = "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods. This field does not guarantee that the pod will be scheduled on this node. Scheduler may decide to place the pod elsewhere if other nodes become available sooner. Scheduler may also decide to give the resources on this node to a higher priority pod that is created after preemption. As a result, this field may be different than PodSpec.nodeName when the pod is scheduled.";
+const POD_GATES_DOC: &str = "If specified, all readiness gates will be evaluated for pod readiness. A pod is ready when all its containers are ready AND all conditions specified in the readiness gates have status equal to \"True\" More info: https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates";
+
 /// One column: name, type, format, description.
 type Column = (&'static str, &'static str, &'static str, &'static str);
+
+/// How many of `r`'s columns `kubectl get` shows without `-o wide` (the rest have priority 1).
+fn narrow(r: &Resource) -> usize {
+    match r.strategy {
+        Strategy::Pod => 5,
+        _ => usize::MAX,
+    }
+}
 
 /// kube's printer columns for `r` (`pkg/printers/internalversion/printers.go`) and a row's cells.
 fn columns(r: &Resource) -> Vec<Column> {
@@ -124,6 +141,17 @@ fn columns(r: &Resource) -> Vec<Column> {
         (Strategy::Secret, _) => {
             vec![name, ("Type", "string", "", SECRET_TYPE_DOC), ("Data", "string", "", SECRET_DATA_DOC), age]
         }
+        (Strategy::Pod, _) => vec![
+            name,
+            ("Ready", "string", "", POD_READY_DOC),
+            ("Status", "string", "", POD_STATUS_DOC),
+            ("Restarts", "string", "", POD_RESTARTS_DOC),
+            age,
+            ("IP", "string", "", POD_IP_DOC),
+            ("Node", "string", "", POD_NODE_DOC),
+            ("Nominated Node", "string", "", POD_NOMINATED_DOC),
+            ("Readiness Gates", "string", "", POD_GATES_DOC),
+        ],
         (_, "ConfigMap") => vec![name, ("Data", "string", "", CONFIGMAP_DATA_DOC), age],
         (_, "ServiceAccount") => vec![name, ("Secrets", "string", "", SERVICEACCOUNT_SECRETS_DOC), age],
         _ => vec![name, ("Created At", "date", "", AGE_DOC)],
@@ -143,6 +171,7 @@ fn cells(r: &Resource, obj: &Value) -> Vec<Value> {
     };
     match (r.strategy, r.kind) {
         (Strategy::Namespace, _) => vec![name, obj.pointer("/status/phase").cloned().unwrap_or(Value::from("")), age],
+        (Strategy::Pod, _) => crate::pods::cells(obj, name, age, |t| age_secs(t).map(human_duration)),
         (Strategy::Secret, _) => {
             let data = obj.get("data").and_then(Value::as_object).map_or(0, Map::len);
             vec![name, obj.get("type").cloned().unwrap_or(Value::from("")), Value::from(data), age]
@@ -199,8 +228,10 @@ pub fn render(shape: Shape, r: &Resource, answer: Value, include_object: Option<
             }
             let defs: Vec<Value> = columns(r)
                 .into_iter()
-                .map(|(name, ty, format, doc)| {
-                    json!({"name": name, "type": ty, "format": format, "description": doc, "priority": 0})
+                .enumerate()
+                .map(|(i, (name, ty, format, doc))| {
+                    let priority = i32::from(i >= narrow(r));
+                    json!({"name": name, "type": ty, "format": format, "description": doc, "priority": priority})
                 })
                 .collect();
             let rows: Vec<Value> = items

@@ -208,6 +208,41 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
     assert_eq!(next!(), "DELETED other grey");
     drop(watch);
 
+    // Pods: kube's defaults and status, its columns, field selectors, and what an update may change.
+    assert_eq!(k.ok(&["run", "web", "--image=nginx", "--labels=app=web"]).await, "pod/web created\n");
+    let pods = k.ok(&["get", "pods"]).await;
+    assert!(
+        pods.starts_with("NAME   READY   STATUS    RESTARTS   AGE\nweb    0/1     Pending   0          "),
+        "{pods}"
+    );
+    let wide = k.ok(&["get", "pods", "-o", "wide"]).await;
+    assert!(
+        wide.starts_with(
+            "NAME   READY   STATUS    RESTARTS   AGE   IP       NODE     NOMINATED NODE   READINESS GATES\n"
+        ),
+        "{wide}"
+    );
+    let fields = "{.spec.restartPolicy} {.spec.schedulerName} {.spec.containers[0].imagePullPolicy} {.status.phase} {.status.qosClass}";
+    assert_eq!(
+        k.ok(&["get", "pod", "web", "-o", &format!("jsonpath={fields}")]).await,
+        "Always default-scheduler Always Pending BestEffort"
+    );
+    assert_eq!(k.ok(&["get", "pods", "--field-selector=status.phase=Pending", "-o", "name"]).await, "pod/web\n");
+    let none = k.run(&["get", "pods", "--field-selector=spec.nodeName=node-1"]).await;
+    assert_eq!((none.stdout.as_str(), none.stderr.as_str()), ("", "No resources found in default namespace.\n"));
+    k.ok(&["set", "image", "pod/web", "web=nginx:1.27"]).await;
+    assert_eq!(k.ok(&["get", "pod", "web", "-o", "jsonpath={.spec.containers[0].image}"]).await, "nginx:1.27");
+    let forbidden = k.fails(&["patch", "pod", "web", "-p", r#"{"spec":{"restartPolicy":"Never"}}"#]).await;
+    assert!(forbidden.starts_with("The Pod \"web\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"), "{forbidden}");
+    let invalid = k.fails(&["run", "Bad", "--image=x"]).await;
+    assert!(
+        invalid.starts_with(
+            "The Pod \"Bad\" is invalid: \n* metadata.name: Invalid value: \"Bad\": a lowercase RFC 1123 subdomain"
+        ) && invalid.contains("\n* spec.containers[0].name: Invalid value: \"Bad\": a lowercase RFC 1123 label"),
+        "{invalid}"
+    );
+    assert_eq!(k.ok(&["delete", "pod", "web"]).await, "pod \"web\" deleted\n");
+
     // Reads and watches from the watch cache, as kube serves them.
     k.ok(&["create", "configmap", "second", "--from-literal=a=b"]).await;
     let uri = "/api/v1/namespaces/default/configmaps";

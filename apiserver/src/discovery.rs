@@ -119,7 +119,7 @@ pub fn api(server_address: &str) -> ApiVersions {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ApiResource {
-    name: &'static str,
+    name: String,
     singular_name: &'static str,
     namespaced: bool,
     kind: &'static str,
@@ -128,7 +128,8 @@ struct ApiResource {
     short_names: &'static [&'static str],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     categories: &'static [&'static str],
-    storage_version_hash: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    storage_version_hash: Option<String>,
 }
 
 /// kube's `StorageVersionHash`: base64 of the first 8 bytes of the SHA-256 of the storage
@@ -150,17 +151,30 @@ pub struct ApiResourceList {
     resources: Vec<ApiResource>,
 }
 
-fn api_resource(r: &'static Resource) -> ApiResource {
-    ApiResource {
-        name: r.plural,
+/// A resource's entry, then one per subresource (`<plural>/<sub>`, no singular name, short
+/// names, categories or hash), in kube's order.
+fn api_resources(r: &'static Resource) -> impl Iterator<Item = ApiResource> {
+    let main = ApiResource {
+        name: r.plural.to_string(),
         singular_name: r.singular,
         namespaced: r.namespaced,
         kind: r.kind,
         verbs: r.verbs,
         short_names: r.short_names,
         categories: r.categories,
-        storage_version_hash: storage_version_hash(r),
-    }
+        storage_version_hash: Some(storage_version_hash(r)),
+    };
+    let subs = r.subresources.iter().map(|(sub, verbs)| ApiResource {
+        name: format!("{}/{sub}", r.plural),
+        singular_name: "",
+        namespaced: r.namespaced,
+        kind: r.kind,
+        verbs,
+        short_names: &[],
+        categories: &[],
+        storage_version_hash: None,
+    });
+    std::iter::once(main).chain(subs)
 }
 
 /// The resource list of a served group-version.
@@ -170,7 +184,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<ApiResourceList> {
     Some(ApiResourceList {
         type_meta: TypeMeta { kind: "APIResourceList", api_version: if group.is_empty() { "" } else { "v1" } },
         group_version: first.api_version(),
-        resources: rs.into_iter().map(api_resource).collect(),
+        resources: rs.into_iter().flat_map(api_resources).collect(),
     })
 }
 
@@ -254,6 +268,17 @@ struct ResourceDiscovery {
     short_names: &'static [&'static str],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     categories: &'static [&'static str],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    subresources: Vec<SubresourceDiscovery>,
+}
+
+/// `APISubresourceDiscovery`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SubresourceDiscovery {
+    subresource: &'static str,
+    response_kind: ResponseKind,
+    verbs: &'static [&'static str],
 }
 
 #[derive(Serialize)]
@@ -304,6 +329,15 @@ fn group_discovery(name: &'static str) -> GroupDiscovery {
                     verbs: r.verbs,
                     short_names: r.short_names,
                     categories: r.categories,
+                    subresources: r
+                        .subresources
+                        .iter()
+                        .map(|(sub, verbs)| SubresourceDiscovery {
+                            subresource: sub,
+                            response_kind: ResponseKind { group: "", version: "", kind: r.kind },
+                            verbs,
+                        })
+                        .collect(),
                 })
                 .collect(),
             freshness: "Current",
@@ -335,6 +369,10 @@ mod tests {
         let body = String::from_utf8(go_json(&resource_list("", "v1").unwrap())).unwrap();
         assert!(body.starts_with(r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["cm"],"storageVersionHash":"qFsyl6wFWjQ="}"#), "{body}");
         assert!(resource_list("apps", "v1").is_none());
+        assert!(body.contains(r#"{"name":"namespaces/finalize","singularName":"","namespaced":false,"kind":"Namespace","verbs":["update"]},{"name":"namespaces/status","singularName":"","namespaced":false,"kind":"Namespace","verbs":["get","patch","update"]},{"name":"pods","#), "{body}");
+        assert!(body.contains(r#"{"name":"pods/status","singularName":"","namespaced":true,"kind":"Pod","verbs":["get","patch","update"]}"#), "{body}");
+        let aggregated = String::from_utf8(go_json(&aggregated(true))).unwrap();
+        assert!(aggregated.contains(r#""subresources":[{"subresource":"status","responseKind":{"group":"","version":"","kind":"Pod"},"verbs":["get","patch","update"]}]"#), "{aggregated}");
     }
 
     /// The hashes kube 1.33 serves (docs/apiserver-discovery.md §3).

@@ -165,7 +165,8 @@ pub fn decode(r: &Resource, body: &[u8]) -> Result<Value, Status> {
         _ if kind == r.kind => {
             // A type whose protobuf form keel does not decode yet: its body is of a media type
             // this endpoint does not take.
-            let message = "the body of the request was in an unknown format - accepted media types include: application/json";
+            let message =
+                "the body of the request was in an unknown format - accepted media types include: application/json";
             return Err(Status::failure(415, "UnsupportedMediaType", message, None));
         }
         _ => {

@@ -58,6 +58,8 @@ pub struct Resource {
     pub categories: &'static [&'static str],
     /// The verbs served, in kube's discovery order.
     pub verbs: &'static [&'static str],
+    /// The subresources served and their verbs, by name.
+    pub subresources: &'static [(&'static str, &'static [&'static str])],
     pub names: Names,
     pub strategy: Strategy,
     pub deleted: Deleted,
@@ -77,6 +79,8 @@ fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Res
 
 /// Every verb of a resource (kube's order: alphabetical).
 const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+/// A status subresource's verbs.
+const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 /// Every verb but deletecollection (namespaces).
 const NO_DELETECOLLECTION: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
@@ -92,6 +96,7 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["cm"],
         categories: &[],
         verbs: ALL,
+        subresources: &[],
         names: Names::Subdomain,
         strategy: Strategy::Plain,
         deleted: Deleted::Status,
@@ -108,6 +113,7 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["ns"],
         categories: &[],
         verbs: NO_DELETECOLLECTION,
+        subresources: &[("finalize", &["update"]), ("status", GET_PATCH_UPDATE)],
         names: Names::Label,
         strategy: Strategy::Namespace,
         deleted: Deleted::Object,
@@ -124,6 +130,7 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["po"],
         categories: &["all"],
         verbs: ALL,
+        subresources: &[("status", GET_PATCH_UPDATE)],
         names: Names::Subdomain,
         strategy: Strategy::Pod,
         deleted: Deleted::Object,
@@ -140,6 +147,7 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &[],
         categories: &[],
         verbs: ALL,
+        subresources: &[],
         names: Names::Subdomain,
         strategy: Strategy::Secret,
         deleted: Deleted::Status,
@@ -156,6 +164,7 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["sa"],
         categories: &[],
         verbs: ALL,
+        subresources: &[],
         names: Names::Subdomain,
         strategy: Strategy::Plain,
         deleted: Deleted::Object,
@@ -181,6 +190,16 @@ impl Resource {
 
     pub fn serves(&self, verb: &str) -> bool {
         self.verbs.contains(&verb)
+    }
+
+    /// The served subresource named `name`.
+    pub fn subresource(&self, name: &str) -> Option<&'static str> {
+        self.subresources.iter().find(|(n, _)| *n == name).map(|(n, _)| *n)
+    }
+
+    /// The verbs of subresource `name` (none if it is not served).
+    pub fn subresource_verbs(&self, name: &str) -> &'static [&'static str] {
+        self.subresources.iter().find(|(n, _)| *n == name).map_or(&[], |(_, v)| v)
     }
 
     /// An object's fields with this resource's `kind` and `apiVersion`.

@@ -29,13 +29,68 @@ pub fn body_too_large() -> Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// The collection, in a namespace or across all of them.
-    Collection {
-        namespace: Option<String>,
-    },
-    Object {
-        namespace: Option<String>,
-        name: String,
-    },
+    Collection { namespace: Option<String> },
+    /// One object, or one of its subresources (`status`, a namespace's `finalize`).
+    Object { namespace: Option<String>, name: String, sub: Option<&'static str> },
+}
+
+/// The object a write names, and which part of it the write changes.
+#[derive(Debug, Clone, Copy)]
+struct Named<'a> {
+    namespace: Option<&'a str>,
+    name: &'a str,
+    part: Part,
+}
+
+/// What an update changes: the object (all but what its subresources own), or one subresource's
+/// part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Main,
+    /// `status`: only the status; everything else stays as it is (kube's status strategies and
+    /// `ResetObjectMetaForStatus`).
+    Status,
+    /// A namespace's `finalize`: only `spec.finalizers`.
+    Finalizers,
+}
+
+impl Part {
+    fn of(sub: Option<&str>) -> Part {
+        match sub {
+            Some("status") => Part::Status,
+            Some("finalize") => Part::Finalizers,
+            _ => Part::Main,
+        }
+    }
+
+    /// `old` with this part taken from `new`.
+    fn applied(self, old: &Value, new: &Value) -> Value {
+        let mut out = old.clone();
+        let (from, field) = match self {
+            Part::Main => return new.clone(),
+            Part::Status => (new.get("status"), "status"),
+            Part::Finalizers => {
+                // An empty list is left out, as Go's `omitempty` leaves it.
+                let finalizers =
+                    new.pointer("/spec/finalizers").cloned().filter(|f| f.as_array().is_none_or(|a| !a.is_empty()));
+                let spec =
+                    out.as_object_mut().expect("an object").entry("spec").or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(spec) = spec {
+                    match finalizers {
+                        Some(f) => spec.insert("finalizers".into(), f),
+                        None => spec.remove("finalizers"),
+                    };
+                }
+                return out;
+            }
+        };
+        let o = out.as_object_mut().expect("an object");
+        match from {
+            Some(v) => o.insert(field.into(), v.clone()),
+            None => o.remove(field),
+        };
+        out
+    }
 }
 
 /// The store and where objects live in it.
@@ -306,10 +361,14 @@ pub async fn serve(
         (&Method::GET, Target::Object { .. }) => "get",
         (&Method::PUT, Target::Object { .. }) => "update",
         (&Method::PATCH, Target::Object { .. }) => "patch",
-        (&Method::DELETE, Target::Object { .. }) => "delete",
+        (&Method::DELETE, Target::Object { sub: None, .. }) => "delete",
         _ => return failure(status::method_not_supported(method.as_str(), r.gr())),
     };
-    if !r.serves(verb) {
+    let served = match &target {
+        Target::Object { sub: Some(sub), .. } => r.subresource_verbs(sub).contains(&verb),
+        _ => r.serves(verb),
+    };
+    if !served {
         return failure(status::method_not_supported(verb, r.gr()));
     }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -345,10 +404,16 @@ pub async fn serve(
             },
             _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
         },
-        Target::Object { namespace, name } => match verb {
+        Target::Object { namespace, name, sub } => match verb {
             "get" => get(api, r, namespace.as_deref(), &name, query).await,
-            "update" => update(api, r, namespace.as_deref(), &name, headers, &body, &mut check).await,
-            "patch" => patch(api, r, namespace.as_deref(), &name, headers, &body, &mut check).await,
+            "update" => {
+                let at = Named { namespace: namespace.as_deref(), name: &name, part: Part::of(sub) };
+                update(api, r, at, headers, &body, &mut check).await
+            }
+            "patch" => {
+                let at = Named { namespace: namespace.as_deref(), name: &name, part: Part::of(sub) };
+                patch(api, r, at, headers, &body, &mut check).await
+            }
             _ => match DeleteOptions::of(&body, &mut check) {
                 Ok(opts) => delete(api, r, namespace.as_deref(), &name, check.dry_run, &opts).await,
                 Err(s) => Err(s),
@@ -539,14 +604,13 @@ async fn create(
 async fn update(
     api: &Api,
     r: &Resource,
-    namespace: Option<&str>,
-    name: &str,
+    at: Named<'_>,
     headers: &HeaderMap,
     body: &Bytes,
     check: &mut Check,
 ) -> Answer {
     let v = decode(r, headers, body, check)?;
-    update_object(api, r, namespace, name, v, check.dry_run).await
+    update_object(api, r, at, v, check.dry_run).await
 }
 
 /// How often a patch is applied again when the object changed under it.
@@ -555,15 +619,8 @@ const PATCH_ATTEMPTS: usize = 5;
 /// PATCH: the patch applied to the current object, written as an update of the version it was
 /// applied to (again on a newer version if the object changed meanwhile, unless the patch named
 /// the resourceVersion it applies to).
-async fn patch(
-    api: &Api,
-    r: &Resource,
-    namespace: Option<&str>,
-    name: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-    check: &mut Check,
-) -> Answer {
+async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Answer {
+    let Named { namespace, name, .. } = at;
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = crate::patch::kind_of(ct)?;
     let k = key(api, r, namespace, name);
@@ -576,7 +633,7 @@ async fn patch(
         check.warnings.clear();
         let mut v = typed(r, patched, check)?;
         same_object(r, &mut v, namespace, name)?;
-        match update_from(api, r, &k, name, v, old, check.dry_run).await {
+        match update_from(api, r, &k, at, v, old, check.dry_run).await {
             Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
             done => return done,
         }
@@ -595,22 +652,25 @@ fn same_object(r: &Resource, v: &mut Value, namespace: Option<&str>, name: &str)
     namespace_of_new(r, v, namespace)
 }
 
-async fn update_object(
-    api: &Api,
-    r: &Resource,
-    namespace: Option<&str>,
-    name: &str,
-    mut v: Value,
-    dry_run: bool,
-) -> Answer {
-    same_object(r, &mut v, namespace, name)?;
-    let k = key(api, r, namespace, name);
-    let old = read(api, r, &k, name).await?;
-    update_from(api, r, &k, name, v, old, dry_run).await
+async fn update_object(api: &Api, r: &Resource, at: Named<'_>, mut v: Value, dry_run: bool) -> Answer {
+    same_object(r, &mut v, at.namespace, at.name)?;
+    let k = key(api, r, at.namespace, at.name);
+    let old = read(api, r, &k, at.name).await?;
+    update_from(api, r, &k, at, v, old, dry_run).await
 }
 
-/// An update of `old` (the object at `k`) to `v`, with kube's rules for what a client may change.
-async fn update_from(api: &Api, r: &Resource, k: &str, name: &str, mut v: Value, old: Stored, dry_run: bool) -> Answer {
+/// An update of `old` (the object at `k`) to `v` (or of `part` of it), with kube's rules for what
+/// a client may change.
+async fn update_from(
+    api: &Api,
+    r: &Resource,
+    k: &str,
+    at: Named<'_>,
+    mut v: Value,
+    old: Stored,
+    dry_run: bool,
+) -> Answer {
+    let Named { name, part, .. } = at;
     let old_v = parsed(&old)?;
     // The resourceVersion the client read, if it gave one: the update applies to that version
     // only. Without one, to the current version (the resources here allow unconditional updates).
@@ -631,6 +691,14 @@ async fn update_from(api: &Api, r: &Resource, k: &str, name: &str, mut v: Value,
     };
     if expected != old.rev {
         return Err(status::conflict(r.gr(), name, status::OPTIMISTIC_LOCK));
+    }
+    if part != Part::Main {
+        // A subresource's update: its part of the object, the rest as it was.
+        let v = part.applied(&old_v, &v);
+        if v == old_v {
+            return Ok((StatusCode::OK, shown(r, &old)?));
+        }
+        return write_over(api, r, k, name, v, old.rev, dry_run).await;
     }
     // What the server owns: the uid (taken when not given, refused when changed), the creation
     // and deletion timestamps, and what the strategy keeps.
@@ -935,8 +1003,7 @@ async fn list_answer(
     let answered = async {
         let (sel, limit) = list_request(r, query)?;
         let Some((cache, limit)) = crate::reads::list_source(api, r, query, limit).await? else {
-            let (_, v) = list(api, r, namespace, query).await?;
-            return Ok(status::go_json(&table::render(shape, r, v, include)?));
+            return list_from_store(api, r, namespace, query, shape).await;
         };
         let listed = cache.list(&collection(api, r, namespace), &sel, limit);
         match shape {
@@ -948,6 +1015,18 @@ async fn list_answer(
         Ok(body) => json(StatusCode::OK, body),
         Err(s) => failure(s),
     }
+}
+
+/// A LIST answered from the store, encoded in `shape`.
+pub async fn list_from_store(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    query: &Query,
+    shape: table::Shape,
+) -> Result<Vec<u8>, Status> {
+    let (_, v) = list(api, r, namespace, query).await?;
+    Ok(status::go_json(&table::render(shape, r, v, query.get("includeObject").map(String::as_str))?))
 }
 
 /// A list of `r` as kube encodes it.

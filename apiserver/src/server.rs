@@ -141,7 +141,7 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
     let mut query = query_of(&parts.uri);
     let target = match target {
         // `/watch/.../<name>` watches that one object.
-        Target::Object { namespace, name } if watch_path => {
+        Target::Object { namespace, name, sub: None } if watch_path => {
             query.insert("fieldSelector".into(), format!("metadata.name={name}"));
             Target::Collection { namespace }
         }
@@ -161,23 +161,34 @@ fn found<T: serde::Serialize>(d: Option<T>) -> http::Response<Body> {
 }
 
 /// The resource and target of a path under a group-version: `<plural>`, `<plural>/<name>`,
-/// `namespaces/<ns>/<plural>`, `namespaces/<ns>/<plural>/<name>` (subresources are not served).
+/// `namespaces/<ns>/<plural>`, `namespaces/<ns>/<plural>/<name>`, and a served subresource
+/// after an object's name.
 fn route(group: &str, version: &str, rest: &[&str]) -> Option<(&'static resources::Resource, Target)> {
     let find = |plural: &str| resources::find(group, version, plural);
+    let object = |r: &'static resources::Resource, namespace: Option<String>, tail: &[&str]| match tail {
+        [name] => Some((r, Target::Object { namespace, name: name.to_string(), sub: None })),
+        [name, sub] => {
+            let sub = r.subresource(sub)?;
+            Some((r, Target::Object { namespace, name: name.to_string(), sub: Some(sub) }))
+        }
+        _ => None,
+    };
     match rest {
         ["namespaces", ns, plural, tail @ ..] if find(plural).is_some_and(|r| r.namespaced) => {
             let r = find(plural)?;
             let namespace = Some(ns.to_string());
             match tail {
                 [] => Some((r, Target::Collection { namespace })),
-                [name] => Some((r, Target::Object { namespace, name: name.to_string() })),
-                _ => None,
+                tail => object(r, namespace, tail),
             }
         }
         [plural] => Some((find(plural)?, Target::Collection { namespace: None })),
-        [plural, name] => {
+        [plural, tail @ ..] => {
             let r = find(plural)?;
-            (!r.namespaced).then(|| (r, Target::Object { namespace: None, name: name.to_string() }))
+            if r.namespaced {
+                return None;
+            }
+            object(r, None, tail)
         }
         _ => None,
     }
@@ -202,14 +213,25 @@ mod tests {
         );
         assert_eq!(
             r(&["namespaces", "a", "configmaps", "x"]),
-            Some(("configmaps", Target::Object { namespace: ns("a"), name: "x".into() }))
+            Some(("configmaps", Target::Object { namespace: ns("a"), name: "x".into(), sub: None }))
         );
-        assert_eq!(r(&["namespaces", "a"]), Some(("namespaces", Target::Object { namespace: None, name: "a".into() })));
+        assert_eq!(
+            r(&["namespaces", "a"]),
+            Some(("namespaces", Target::Object { namespace: None, name: "a".into(), sub: None }))
+        );
+        assert_eq!(
+            r(&["namespaces", "a", "finalize"]),
+            Some(("namespaces", Target::Object { namespace: None, name: "a".into(), sub: Some("finalize") }))
+        );
+        assert_eq!(
+            r(&["namespaces", "a", "pods", "x", "status"]),
+            Some(("pods", Target::Object { namespace: ns("a"), name: "x".into(), sub: Some("status") }))
+        );
         assert_eq!(r(&["namespaces"]), Some(("namespaces", Target::Collection { namespace: None })));
         assert_eq!(r(&["configmaps", "x"]), None, "a namespaced object needs its namespace");
         assert_eq!(r(&["namespaces", "a", "configmaps", "x", "status"]), None);
         assert_eq!(r(&["pods"]), Some(("pods", Target::Collection { namespace: None })));
-        assert_eq!(r(&["namespaces", "a", "pods", "x", "status"]), None, "no subresources yet");
+        assert_eq!(r(&["namespaces", "a", "pods", "x", "exec"]), None, "a subresource not served");
         assert_eq!(r(&["nodes"]), None);
     }
 }

@@ -241,6 +241,16 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
         ) && invalid.contains("\n* spec.containers[0].name: Invalid value: \"Bad\": a lowercase RFC 1123 label"),
         "{invalid}"
     );
+    // The status subresource changes the status only; the pod itself, everything but it.
+    let phase = r#"{"status":{"phase":"Running","podIP":"10.0.0.5"}}"#;
+    k.ok(&["patch", "pod", "web", "--subresource=status", "--type=merge", "-p", phase]).await;
+    k.ok(&["patch", "pod", "web", "--type=merge", "-p", r#"{"status":{"phase":"Failed"}}"#]).await;
+    let status = "{.status.phase} {.status.podIP} {.spec.containers[0].image}";
+    assert_eq!(k.ok(&["get", "pod", "web", "-o", &format!("jsonpath={status}")]).await, "Running 10.0.0.5 nginx:1.27");
+    let image = r#"{"spec":{"containers":[{"name":"web","image":"nginx:1.28"}]}}"#;
+    k.ok(&["patch", "pod", "web", "--subresource=status", "-p", image]).await;
+    assert_eq!(k.ok(&["get", "pod", "web", "-o", &format!("jsonpath={status}")]).await, "Running 10.0.0.5 nginx:1.27");
+    assert_eq!(k.ok(&["get", "pod", "web", "--subresource=status", "-o", "jsonpath={.status.phase}"]).await, "Running");
     assert_eq!(k.ok(&["delete", "pod", "web"]).await, "pod \"web\" deleted\n");
 
     // Reads and watches from the watch cache, as kube serves them.
@@ -461,6 +471,16 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
         terminating,
         format!("Error from server (Forbidden): error when creating \"{in_team}\": configmaps \"c\" is forbidden: unable to create new content in namespace team because it is being terminated\n")
     );
+
+    // The finalize subresource (the namespace controller's): once the finalizers are gone, a
+    // delete removes the namespace.
+    let mut ns: serde_json::Value = serde_json::from_str(&k.ok(&["get", "ns", "team", "-o", "json"]).await).unwrap();
+    ns["spec"]["finalizers"] = serde_json::json!([]);
+    let finalized = k.file("team-finalized.json", ns);
+    k.ok(&["replace", "--raw", "/api/v1/namespaces/team/finalize", "-f", &finalized]).await;
+    assert_eq!(k.ok(&["get", "ns", "team", "-o", "jsonpath={.status.phase} {.spec.finalizers}"]).await, "Terminating ");
+    k.ok(&["delete", "ns", "team", "--wait=false"]).await;
+    assert_eq!(k.fails(&["get", "ns", "team"]).await, "Error from server (NotFound): namespaces \"team\" not found\n");
 
     // A client without the admin certificate gets nowhere.
     let config = std::fs::read_to_string(&running.kubeconfig).unwrap();

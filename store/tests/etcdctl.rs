@@ -599,7 +599,21 @@ fn normalise(text: &str, port: u16, leases: &[i64]) -> String {
         out.push(normalise_text_line(line, leases));
     }
     sort_lease_lists(&mut out);
+    sort_log_runs(&mut out);
     out.join("\n")
+}
+
+/// Sorts each run of consecutive etcdctl log lines (`{"caller":...}`): etcdctl logs from several
+/// goroutines, so lines such as `snapshot save`'s "fetching snapshot" and its stream's failure
+/// come in either order from one run to the next, against etcd as against keel.
+fn sort_log_runs(lines: &mut [String]) {
+    let is_log = |l: &String| l.starts_with("{\"caller\":");
+    let mut i = 0;
+    while i < lines.len() {
+        let end = lines[i..].iter().position(|l| !is_log(l)).map_or(lines.len(), |n| i + n);
+        lines[i..end].sort();
+        i = end + 1;
+    }
 }
 
 /// Splits a `watch -w json` response with events into its events, returned, and the rest, left

@@ -204,7 +204,13 @@ async fn lists(report: &mut String) {
     report.push_str("| pods | from | p50 | p99 | objects/s | MB/s | bytes |\n|---|---|---|---|---|---|---|\n");
     let dir = tempfile::tempdir().unwrap();
     let (storage, member) = store(dir.path()).await;
-    let api = Api { storage: storage.clone(), prefix: "/registry".into(), caches: Caches::default() };
+    let api = Api {
+        storage: storage.clone(),
+        prefix: "/registry".into(),
+        caches: Caches::default(),
+        ranges: Default::default(),
+        events: std::sync::Arc::new(keel_apiserver::storage::Leases::new(std::time::Duration::from_secs(3600))),
+    };
     let mut written = 0;
     for n in [10_000usize, 100_000] {
         // The store gets the same pods, 64 writes at a time.

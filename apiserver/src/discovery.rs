@@ -122,6 +122,10 @@ struct ApiResource {
     name: String,
     singular_name: &'static str,
     namespaced: bool,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    group: &'static str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    version: &'static str,
     kind: &'static str,
     verbs: &'static [&'static str],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -158,23 +162,39 @@ fn api_resources(r: &'static Resource) -> impl Iterator<Item = ApiResource> {
         name: r.plural.to_string(),
         singular_name: r.singular,
         namespaced: r.namespaced,
+        group: "",
+        version: "",
         kind: r.kind,
         verbs: r.verbs,
         short_names: r.short_names,
         categories: r.categories,
         storage_version_hash: Some(storage_version_hash(r)),
     };
-    let subs = r.subresources.iter().map(|(sub, verbs)| ApiResource {
-        name: format!("{}/{sub}", r.plural),
-        singular_name: "",
-        namespaced: r.namespaced,
-        kind: r.kind,
-        verbs,
-        short_names: &[],
-        categories: &[],
-        storage_version_hash: None,
+    let subs = r.subresources.iter().map(|(sub, verbs)| {
+        let (group, version, kind) = response_kind(r, sub);
+        ApiResource {
+            name: format!("{}/{sub}", r.plural),
+            singular_name: "",
+            namespaced: r.namespaced,
+            group,
+            version,
+            kind,
+            verbs,
+            short_names: &[],
+            categories: &[],
+            storage_version_hash: None,
+        }
     });
     std::iter::once(main).chain(subs)
+}
+
+/// What a subresource answers: a `scale` an `autoscaling/v1` Scale, the others the resource's
+/// own kind (group and version left out, as kube leaves them).
+fn response_kind(r: &Resource, sub: &str) -> (&'static str, &'static str, &'static str) {
+    match sub {
+        "scale" => ("autoscaling", "v1", "Scale"),
+        _ => ("", "", r.kind),
+    }
 }
 
 /// The resource list of a served group-version.
@@ -332,10 +352,13 @@ fn group_discovery(name: &'static str) -> GroupDiscovery {
                     subresources: r
                         .subresources
                         .iter()
-                        .map(|(sub, verbs)| SubresourceDiscovery {
-                            subresource: sub,
-                            response_kind: ResponseKind { group: "", version: "", kind: r.kind },
-                            verbs,
+                        .map(|(sub, verbs)| {
+                            let (group, version, kind) = response_kind(r, sub);
+                            SubresourceDiscovery {
+                                subresource: sub,
+                                response_kind: ResponseKind { group, version, kind },
+                                verbs,
+                            }
                         })
                         .collect(),
                 })
@@ -368,8 +391,10 @@ mod tests {
     fn legacy_core_discovery_lists_the_table() {
         let body = String::from_utf8(go_json(&resource_list("", "v1").unwrap())).unwrap();
         assert!(body.starts_with(r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["cm"],"storageVersionHash":"qFsyl6wFWjQ="}"#), "{body}");
-        assert!(resource_list("apps", "v1").is_none());
-        assert!(body.contains(r#"{"name":"namespaces/finalize","singularName":"","namespaced":false,"kind":"Namespace","verbs":["update"]},{"name":"namespaces/status","singularName":"","namespaced":false,"kind":"Namespace","verbs":["get","patch","update"]},{"name":"pods","#), "{body}");
+        assert!(resource_list("autoscaling", "v1").is_none());
+        let apps = String::from_utf8(go_json(&resource_list("apps", "v1").unwrap())).unwrap();
+        assert!(apps.contains(r#"{"name":"deployments/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]}"#), "{apps}");
+        assert!(body.contains(r#"{"name":"namespaces/finalize","singularName":"","namespaced":false,"kind":"Namespace","verbs":["update"]},{"name":"namespaces/status","singularName":"","namespaced":false,"kind":"Namespace","verbs":["get","patch","update"]},{"name":"nodes","#), "{body}");
         assert!(body.contains(r#"{"name":"pods/status","singularName":"","namespaced":true,"kind":"Pod","verbs":["get","patch","update"]}"#), "{body}");
         let aggregated = String::from_utf8(go_json(&aggregated(true))).unwrap();
         assert!(aggregated.contains(r#""subresources":[{"subresource":"status","responseKind":{"group":"","version":"","kind":"Pod"},"verbs":["get","patch","update"]}]"#), "{aggregated}");

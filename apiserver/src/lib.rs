@@ -7,10 +7,12 @@
 
 pub mod cache;
 pub mod discovery;
+pub mod events;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod pods;
+pub mod printers;
 pub mod proto;
 pub mod reads;
 pub mod resources;
@@ -18,7 +20,9 @@ pub mod rest;
 pub mod run;
 pub mod selector;
 pub mod server;
+pub mod services;
 pub mod status;
 pub mod storage;
 pub mod table;
 pub mod watch;
+pub mod workloads;

@@ -16,6 +16,7 @@ const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 const DNS1123_LABEL_MAX: usize = 63;
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 fn is_label(s: &str) -> bool {
@@ -29,6 +30,9 @@ pub fn name_problems(names: Names, name: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let (max, ok, msg) = match names {
         Names::Label => (DNS1123_LABEL_MAX, is_label(name), DNS1123_LABEL_MSG),
+        Names::Dns1035 => {
+            (DNS1123_LABEL_MAX, is_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase()), DNS1035_LABEL_MSG)
+        }
         Names::Subdomain => (DNS1123_SUBDOMAIN_MAX, name.split('.').all(is_label), DNS1123_SUBDOMAIN_MSG),
     };
     if name.len() > max {

@@ -194,20 +194,6 @@ pub fn new_status(v: &mut Value) {
     }
 }
 
-fn supported(field: &str, value: &str, values: &[&str]) -> FieldError {
-    let list = values.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>().join(", ");
-    FieldError::new(
-        FieldErrorType::NotSupported,
-        field,
-        Some(Value::String(value.into())),
-        &format!("supported values: {list}"),
-    )
-}
-
-fn required(field: &str) -> FieldError {
-    FieldError::new(FieldErrorType::Required, field, None, "")
-}
-
 /// What kube's pod validation refuses in a pod's spec (the part of `ValidatePodSpec` keel
 /// checks: containers, their names, images, ports and pull policies, volumes and their mounts,
 /// restart and DNS policies).
@@ -225,14 +211,14 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
     for (i, name) in volumes.iter().enumerate() {
         let field = format!("spec.volumes[{i}].name");
         if name.is_empty() {
-            errors.push(required(&field));
+            errors.push(FieldError::required(&field));
         } else if !seen.insert(*name) {
             errors.push(FieldError::new(FieldErrorType::Duplicate, &field, Some(json!(name)), ""));
         }
     }
     let containers = spec.get("containers").and_then(Value::as_array).cloned().unwrap_or_default();
     if containers.is_empty() {
-        errors.push(required("spec.containers"));
+        errors.push(FieldError::required("spec.containers"));
     }
     let mut names = std::collections::HashSet::new();
     for list in ["initContainers", "containers"] {
@@ -240,7 +226,7 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
             let at = |f: &str| format!("spec.{list}[{i}].{f}");
             let name = c.get("name").and_then(Value::as_str).unwrap_or("");
             if name.is_empty() {
-                errors.push(required(&at("name")));
+                errors.push(FieldError::required(&at("name")));
             } else {
                 for problem in crate::meta::name_problems(crate::resources::Names::Label, name) {
                     errors.push(FieldError::new(FieldErrorType::Invalid, &at("name"), Some(json!(name)), &problem));
@@ -250,11 +236,15 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
                 }
             }
             if c.get("image").and_then(Value::as_str).unwrap_or("").trim().is_empty() {
-                errors.push(required(&at("image")));
+                errors.push(FieldError::required(&at("image")));
             }
             if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str) {
                 if !["Always", "IfNotPresent", "Never"].contains(&p) {
-                    errors.push(supported(&at("imagePullPolicy"), p, &["Always", "IfNotPresent", "Never"]));
+                    errors.push(FieldError::not_supported(
+                        &at("imagePullPolicy"),
+                        p,
+                        &["Always", "IfNotPresent", "Never"],
+                    ));
                 }
             }
             for (j, port) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
@@ -271,7 +261,7 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
             for (j, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
                 let name = m.get("name").and_then(Value::as_str).unwrap_or("");
                 if name.is_empty() {
-                    errors.push(required(&at(&format!("volumeMounts[{j}].name"))));
+                    errors.push(FieldError::required(&at(&format!("volumeMounts[{j}].name"))));
                 } else if !volumes.contains(&name) {
                     errors.push(FieldError::new(
                         FieldErrorType::NotFound,
@@ -281,20 +271,20 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
                     ));
                 }
                 if m.get("mountPath").and_then(Value::as_str).unwrap_or("").is_empty() {
-                    errors.push(required(&at(&format!("volumeMounts[{j}].mountPath"))));
+                    errors.push(FieldError::required(&at(&format!("volumeMounts[{j}].mountPath"))));
                 }
             }
         }
     }
     if let Some(p) = spec.get("restartPolicy").and_then(Value::as_str) {
         if !["Always", "OnFailure", "Never"].contains(&p) {
-            errors.push(supported("spec.restartPolicy", p, &["Always", "OnFailure", "Never"]));
+            errors.push(FieldError::not_supported("spec.restartPolicy", p, &["Always", "OnFailure", "Never"]));
         }
     }
     if let Some(p) = spec.get("dnsPolicy").and_then(Value::as_str) {
         const DNS: &[&str] = &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
         if !DNS.contains(&p) {
-            errors.push(supported("spec.dnsPolicy", p, DNS));
+            errors.push(FieldError::not_supported("spec.dnsPolicy", p, DNS));
         }
     }
     errors

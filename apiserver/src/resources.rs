@@ -6,10 +6,23 @@
 //! encoded back (`canonical`), so a stored object has exactly the fields the type has, whatever
 //! a client sent beside them, and a field of the wrong type is refused as kube refuses it.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    ReplicationController, ResourceQuota, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{IPAddress, Ingress, IngressClass, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::{Map, Value};
 
 use crate::storage::keys;
+use crate::workloads::Workload;
 
 /// What a resource answers to a DELETE that removes it at once (kube's `ReturnDeletedObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,13 +48,34 @@ pub enum Strategy {
     /// Pods (`crate::pods`): kube's defaults, a Pending status with the QoS class on create,
     /// validation of the spec, and updates that change only what kube lets them.
     Pod,
+    /// Workloads (`crate::workloads`): defaults of the object and its pod template, validation
+    /// of selectors and templates, and a Job's generated selector.
+    Workload(Workload),
+    /// Services (`crate::services`): defaults, validation, and their cluster IP and node ports.
+    Service,
+    /// `events.k8s.io/v1` Events, stored as core Events (`crate::events`).
+    EventV1,
 }
 
-/// Which names a resource accepts (kube's `NameIsDNSSubdomain` or `NameIsDNSLabel`).
+/// When kube bumps `metadata.generation` (set to 1 on create).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Not tracked.
+    None,
+    /// On any change of the spec (everything but metadata and status).
+    Spec,
+    /// On a change of the spec or of the annotations (Deployments: annotations are copied to
+    /// their ReplicaSets).
+    SpecAndAnnotations,
+}
+
+/// Which names a resource accepts (kube's `NameIsDNSSubdomain`, `NameIsDNSLabel`,
+/// `NameIsDNS1035Label`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Names {
     Subdomain,
     Label,
+    Dns1035,
 }
 
 /// One served resource.
@@ -60,8 +94,15 @@ pub struct Resource {
     pub verbs: &'static [&'static str],
     /// The subresources served and their verbs, by name.
     pub subresources: &'static [(&'static str, &'static [&'static str])],
+    /// The fields its field selectors may name: `metadata.name`, `metadata.namespace` for a
+    /// namespaced resource, then its own (kube's `<Kind>ToSelectableFields`).
+    pub fields: &'static [&'static str],
     pub names: Names,
     pub strategy: Strategy,
+    pub generation: Generation,
+    /// The status a new object gets whatever the client sent (JSON), for resources whose status
+    /// is their controllers' to write; `None` keeps the client's.
+    pub new_status: Option<&'static str>,
     pub deleted: Deleted,
     /// Decodes an object into the resource's type and encodes it back.
     pub canonical: fn(Value) -> Result<Value, serde_json::Error>,
@@ -79,98 +120,263 @@ fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Res
 
 /// Every verb of a resource (kube's order: alphabetical).
 const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
-/// A status subresource's verbs.
+/// A status or scale subresource's verbs.
 const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 /// Every verb but deletecollection (namespaces).
 const NO_DELETECOLLECTION: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+const STATUS: &[(&str, &[&str])] = &[("status", GET_PATCH_UPDATE)];
+const SCALE_STATUS: &[(&str, &[&str])] = &[("scale", GET_PATCH_UPDATE), ("status", GET_PATCH_UPDATE)];
+/// A namespaced resource's selectable fields.
+const NAMESPACED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+/// A cluster-scoped resource's.
+const CLUSTER_FIELDS: &[&str] = &["metadata.name"];
+/// kube's `all` category.
+const ALL_CATEGORY: &[&str] = &["all"];
+
+/// Whether a `k8s-openapi` scope is a namespace's.
+trait Scoped {
+    const NAMESPACED: bool;
+}
+
+impl Scoped for k8s_openapi::NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+
+impl Scoped for k8s_openapi::ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+/// A descriptor of `$ty` (its group, version, kind, plural and scope from `k8s-openapi`), with
+/// the fields given and the rest those of a plain resource.
+macro_rules! resource {
+    ($ty:ty, $singular:literal $(, $field:ident: $value:expr)* $(,)?) => {
+        Resource {
+            group: <$ty as k8s_openapi::Resource>::GROUP,
+            version: <$ty as k8s_openapi::Resource>::VERSION,
+            kind: <$ty as k8s_openapi::Resource>::KIND,
+            plural: <$ty as k8s_openapi::Resource>::URL_PATH_SEGMENT,
+            singular: $singular,
+            namespaced: <<$ty as k8s_openapi::Resource>::Scope as Scoped>::NAMESPACED,
+            canonical: canonical::<$ty>,
+            schema: schema::<$ty>,
+            $($field: $value,)*
+            ..PLAIN
+        }
+    };
+}
+
+/// A plain resource; every descriptor starts from it.
+const PLAIN: Resource = Resource {
+    group: "",
+    version: "",
+    kind: "",
+    plural: "",
+    singular: "",
+    namespaced: true,
+    short_names: &[],
+    categories: &[],
+    verbs: ALL,
+    subresources: &[],
+    fields: NAMESPACED_FIELDS,
+    names: Names::Subdomain,
+    strategy: Strategy::Plain,
+    generation: Generation::None,
+    new_status: None,
+    deleted: Deleted::Status,
+    canonical: canonical::<ConfigMap>,
+    schema: schema::<ConfigMap>,
+};
 
 /// Every served resource.
 pub static RESOURCES: &[Resource] = &[
-    Resource {
-        group: "",
-        version: "v1",
-        kind: "ConfigMap",
-        plural: "configmaps",
-        singular: "configmap",
-        namespaced: true,
-        short_names: &["cm"],
-        categories: &[],
-        verbs: ALL,
-        subresources: &[],
-        names: Names::Subdomain,
-        strategy: Strategy::Plain,
-        deleted: Deleted::Status,
-        canonical: canonical::<ConfigMap>,
-        schema: schema::<ConfigMap>,
-    },
-    Resource {
-        group: "",
-        version: "v1",
-        kind: "Namespace",
-        plural: "namespaces",
-        singular: "namespace",
-        namespaced: false,
+    // core/v1
+    resource!(ConfigMap, "configmap", short_names: &["cm"]),
+    resource!(Endpoints, "endpoints", short_names: &["ep"]),
+    resource!(
+        Event,
+        "event",
+        short_names: &["ev"],
+        fields: &[
+            "metadata.name",
+            "metadata.namespace",
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+    ),
+    resource!(LimitRange, "limitrange", short_names: &["limits"]),
+    resource!(
+        Namespace,
+        "namespace",
         short_names: &["ns"],
-        categories: &[],
         verbs: NO_DELETECOLLECTION,
         subresources: &[("finalize", &["update"]), ("status", GET_PATCH_UPDATE)],
+        fields: &["metadata.name", "status.phase"],
         names: Names::Label,
         strategy: Strategy::Namespace,
         deleted: Deleted::Object,
-        canonical: canonical::<Namespace>,
-        schema: schema::<Namespace>,
-    },
-    Resource {
-        group: "",
-        version: "v1",
-        kind: "Pod",
-        plural: "pods",
-        singular: "pod",
-        namespaced: true,
+    ),
+    resource!(
+        Node,
+        "node",
+        short_names: &["no"],
+        subresources: STATUS,
+        fields: &["metadata.name", "spec.unschedulable"],
+    ),
+    resource!(
+        PersistentVolume,
+        "persistentvolume",
+        fields: CLUSTER_FIELDS,
+        short_names: &["pv"],
+        subresources: STATUS,
+        new_status: Some(r#"{"phase":"Pending"}"#),
+        deleted: Deleted::Object,
+    ),
+    resource!(
+        PersistentVolumeClaim,
+        "persistentvolumeclaim",
+        short_names: &["pvc"],
+        subresources: STATUS,
+        new_status: Some(r#"{"phase":"Pending"}"#),
+        deleted: Deleted::Object,
+    ),
+    resource!(
+        Pod,
+        "pod",
         short_names: &["po"],
-        categories: &["all"],
-        verbs: ALL,
-        subresources: &[("status", GET_PATCH_UPDATE)],
-        names: Names::Subdomain,
+        categories: ALL_CATEGORY,
+        subresources: STATUS,
+        fields: crate::pods::SELECTABLE,
         strategy: Strategy::Pod,
         deleted: Deleted::Object,
-        canonical: canonical::<Pod>,
-        schema: schema::<Pod>,
-    },
-    Resource {
-        group: "",
-        version: "v1",
-        kind: "Secret",
-        plural: "secrets",
-        singular: "secret",
-        namespaced: true,
-        short_names: &[],
-        categories: &[],
-        verbs: ALL,
-        subresources: &[],
-        names: Names::Subdomain,
-        strategy: Strategy::Secret,
-        deleted: Deleted::Status,
-        canonical: canonical::<Secret>,
-        schema: schema::<Secret>,
-    },
-    Resource {
-        group: "",
-        version: "v1",
-        kind: "ServiceAccount",
-        plural: "serviceaccounts",
-        singular: "serviceaccount",
-        namespaced: true,
-        short_names: &["sa"],
-        categories: &[],
-        verbs: ALL,
-        subresources: &[],
-        names: Names::Subdomain,
-        strategy: Strategy::Plain,
+    ),
+    resource!(
+        ReplicationController,
+        "replicationcontroller",
+        short_names: &["rc"],
+        categories: ALL_CATEGORY,
+        subresources: SCALE_STATUS,
+        fields: &["metadata.name", "metadata.namespace", "status.replicas"],
+        strategy: Strategy::Workload(Workload::ReplicationController),
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    resource!(ResourceQuota, "resourcequota", short_names: &["quota"], subresources: STATUS, new_status: Some("{}")),
+    resource!(Secret, "secret", fields: &["metadata.name", "metadata.namespace", "type"], strategy: Strategy::Secret),
+    resource!(
+        Service,
+        "service",
+        short_names: &["svc"],
+        categories: ALL_CATEGORY,
+        subresources: STATUS,
+        fields: &["metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"],
+        names: Names::Dns1035,
+        strategy: Strategy::Service,
+        new_status: Some(r#"{"loadBalancer":{}}"#),
         deleted: Deleted::Object,
-        canonical: canonical::<ServiceAccount>,
-        schema: schema::<ServiceAccount>,
-    },
+    ),
+    resource!(ServiceAccount, "serviceaccount", short_names: &["sa"], deleted: Deleted::Object),
+    // apps/v1
+    resource!(ControllerRevision, "controllerrevision"),
+    resource!(
+        DaemonSet,
+        "daemonset",
+        short_names: &["ds"],
+        categories: ALL_CATEGORY,
+        subresources: STATUS,
+        strategy: Strategy::Workload(Workload::DaemonSet),
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    resource!(
+        Deployment,
+        "deployment",
+        short_names: &["deploy"],
+        categories: ALL_CATEGORY,
+        subresources: SCALE_STATUS,
+        strategy: Strategy::Workload(Workload::Deployment),
+        generation: Generation::SpecAndAnnotations,
+        new_status: Some("{}"),
+    ),
+    resource!(
+        ReplicaSet,
+        "replicaset",
+        short_names: &["rs"],
+        categories: ALL_CATEGORY,
+        subresources: SCALE_STATUS,
+        fields: &["metadata.name", "metadata.namespace", "status.replicas"],
+        strategy: Strategy::Workload(Workload::ReplicaSet),
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    resource!(
+        StatefulSet,
+        "statefulset",
+        short_names: &["sts"],
+        categories: ALL_CATEGORY,
+        subresources: SCALE_STATUS,
+        strategy: Strategy::Workload(Workload::StatefulSet),
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    // batch/v1
+    resource!(
+        CronJob,
+        "cronjob",
+        short_names: &["cj"],
+        categories: ALL_CATEGORY,
+        subresources: STATUS,
+        strategy: Strategy::Workload(Workload::CronJob),
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    resource!(
+        Job,
+        "job",
+        categories: ALL_CATEGORY,
+        subresources: STATUS,
+        fields: &["metadata.name", "metadata.namespace", "status.successful"],
+        strategy: Strategy::Workload(Workload::Job),
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    // coordination.k8s.io/v1
+    resource!(Lease, "lease"),
+    // discovery.k8s.io/v1
+    resource!(EndpointSlice, "endpointslice"),
+    // events.k8s.io/v1
+    resource!(k8s_openapi::api::events::v1::Event, "event", short_names: &["ev"], strategy: Strategy::EventV1),
+    // networking.k8s.io/v1
+    resource!(Ingress, "ingress", short_names: &["ing"], subresources: STATUS, generation: Generation::Spec, new_status: Some("{}")),
+    resource!(IngressClass, "ingressclass", fields: CLUSTER_FIELDS),
+    resource!(IPAddress, "ipaddress", short_names: &["ip"], fields: CLUSTER_FIELDS),
+    resource!(NetworkPolicy, "networkpolicy", short_names: &["netpol"], generation: Generation::Spec),
+    // policy/v1
+    resource!(
+        PodDisruptionBudget,
+        "poddisruptionbudget",
+        short_names: &["pdb"],
+        subresources: STATUS,
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    // rbac.authorization.k8s.io/v1
+    resource!(ClusterRole, "clusterrole", fields: CLUSTER_FIELDS),
+    resource!(ClusterRoleBinding, "clusterrolebinding", fields: CLUSTER_FIELDS),
+    resource!(Role, "role"),
+    resource!(RoleBinding, "rolebinding"),
+    // scheduling.k8s.io/v1
+    resource!(PriorityClass, "priorityclass", fields: CLUSTER_FIELDS, short_names: &["pc"]),
+    // storage.k8s.io/v1
+    resource!(StorageClass, "storageclass", fields: CLUSTER_FIELDS, short_names: &["sc"]),
 ];
 
 impl Resource {
@@ -249,6 +455,22 @@ mod tests {
         check::<Secret>(find("", "v1", "secrets").unwrap());
         check::<Pod>(find("", "v1", "pods").unwrap());
         check::<ServiceAccount>(find("", "v1", "serviceaccounts").unwrap());
+        check::<Deployment>(find("apps", "v1", "deployments").unwrap());
+        check::<Job>(find("batch", "v1", "jobs").unwrap());
+        check::<k8s_openapi::api::events::v1::Event>(find("events.k8s.io", "v1", "events").unwrap());
+    }
+
+    /// Singular names are the lowercased kind; no plural is served twice in a group.
+    #[test]
+    fn descriptors_are_unique_and_named_as_kube_names_them() {
+        for r in RESOURCES {
+            assert_eq!(r.singular, r.kind.to_lowercase(), "{}", r.plural);
+            assert_eq!(RESOURCES.iter().filter(|o| o.group == r.group && o.plural == r.plural).count(), 1);
+            let meta = if r.namespaced { NAMESPACED_FIELDS } else { CLUSTER_FIELDS };
+            assert_eq!(&r.fields[..meta.len()], meta, "{}", r.plural);
+            assert!(r.namespaced || !r.fields.contains(&"metadata.namespace"), "{}", r.plural);
+        }
+        assert!(!find("", "v1", "nodes").unwrap().namespaced && find("apps", "v1", "deployments").unwrap().namespaced);
     }
 
     #[test]

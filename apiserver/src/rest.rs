@@ -10,11 +10,12 @@ use http::{header, HeaderMap, Method, StatusCode};
 use serde_json::{Map, Value};
 
 use crate::meta;
-use crate::resources::{Deleted, Resource, Strategy};
+use crate::resources::{Deleted, Generation, Resource, Strategy};
 use crate::selector::{field_of, FieldSelector, LabelSelector};
 use crate::status::{self, Details, FieldError, FieldErrorType, GroupKind, GroupResource, Status};
 use crate::storage::{keys, At, ListOptions, Storage, StorageError, Stored};
 use crate::table;
+use crate::workloads::Workload;
 
 /// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`), enforced where the body is
 /// read (`server`).
@@ -101,6 +102,20 @@ pub struct Api {
     pub prefix: String,
     /// The watch caches, which serve watches and the reads `reads` sends them.
     pub caches: crate::cache::Caches,
+    /// The ranges services' cluster IPs and node ports come from.
+    pub ranges: std::sync::Arc<crate::services::Ranges>,
+    /// The leases events expire with (`--event-ttl`).
+    pub events: std::sync::Arc<crate::storage::Leases>,
+}
+
+impl Api {
+    /// The lease an object of `r` is written with: events expire (`--event-ttl`), nothing else.
+    async fn lease(&self, r: &Resource, name: &str) -> Result<i64, Status> {
+        if r.kind != "Event" {
+            return Ok(0);
+        }
+        self.events.get(&self.storage).await.map_err(|e| storage_error(r, name, e))
+    }
 }
 
 /// An answer: a status code and a JSON body.
@@ -149,13 +164,7 @@ impl Resource {
 
     /// The fields its field selectors may name.
     pub(crate) fn selectable(&self) -> &'static [&'static str] {
-        match self.strategy {
-            Strategy::Namespace => &["metadata.name", "status.phase"],
-            Strategy::Secret => &["metadata.name", "metadata.namespace", "type"],
-            Strategy::Pod => crate::pods::SELECTABLE,
-            Strategy::Plain if self.namespaced => &["metadata.name", "metadata.namespace"],
-            Strategy::Plain => &["metadata.name"],
-        }
+        self.fields
     }
 }
 
@@ -180,6 +189,12 @@ fn parsed(stored: &Stored) -> Result<Value, Status> {
     serde_json::from_slice(&stored.value).map_err(|e| internal(format!("decoding a stored object: {e}")))
 }
 
+/// A stored object's JSON in `r`'s form (an `events.k8s.io` event is stored as a core one).
+fn parsed_as(r: &Resource, stored: &Stored) -> Result<Value, Status> {
+    let v = parsed(stored)?;
+    Ok(if r.strategy == Strategy::EventV1 { crate::events::from_storage(v) } else { v })
+}
+
 /// The object at `k` (named `name`), or kube's NotFound.
 async fn read(api: &Api, r: &Resource, k: &str, name: &str) -> Result<Stored, Status> {
     let found = api.storage.get(k).await.map_err(|e| storage_error(r, name, e))?;
@@ -188,14 +203,20 @@ async fn read(api: &Api, r: &Resource, k: &str, name: &str) -> Result<Stored, St
 
 /// A stored object as clients see it: `kind`, `apiVersion`, and its resourceVersion.
 pub fn shown(r: &Resource, stored: &Stored) -> Result<Value, Status> {
-    let mut v = parsed(stored)?;
+    let mut v = parsed_as(r, stored)?;
     meta::set(&mut v, "resourceVersion", &stored.rev.to_string());
     let Value::Object(m) = v else { return Err(internal("a stored object is not a JSON object")) };
     Ok(r.with_type(m))
 }
 
-/// An object as stored: canonical, without its resourceVersion (the store's revision is).
-fn stored_bytes(mut v: Value) -> Vec<u8> {
+/// An object of `r` as stored: canonical, in the stored form, without its resourceVersion (the
+/// store's revision is).
+fn stored_bytes(r: &Resource, mut v: Value) -> Vec<u8> {
+    if r.strategy == Strategy::EventV1 {
+        v = crate::events::to_storage(v);
+        v["kind"] = Value::from("Event");
+        v["apiVersion"] = Value::from("v1");
+    }
     meta::set(&mut v, "resourceVersion", "");
     serde_json::to_vec(&v).expect("a value encodes")
 }
@@ -214,12 +235,15 @@ fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes, check: &mut Check) ->
             serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?
         }
         crate::proto::MEDIA_TYPE => crate::proto::decode(r, body)?,
-        _ => {
-            let message = "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf";
-            return Err(Status::failure(415, "UnsupportedMediaType", message, None));
-        }
+        _ => return Err(unsupported_media()),
     };
     typed(r, v, check)
+}
+
+/// kube's 415 for a body in a format it does not decode.
+fn unsupported_media() -> Status {
+    let message = "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf";
+    Status::failure(415, "UnsupportedMediaType", message, None)
 }
 
 /// An object of `r`: its `apiVersion`/`kind`, when given, those of the endpoint; decoded into the
@@ -404,6 +428,13 @@ pub async fn serve(
             },
             _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
         },
+        Target::Object { namespace, name, sub: Some("scale") } => {
+            let at = Named { namespace: namespace.as_deref(), name: &name, part: Part::Main };
+            return match scale(api, r, at, verb, headers, &body, &mut check).await {
+                Ok((code, v)) => json(code, status::go_json(&v)),
+                Err(s) => failure(s),
+            };
+        }
         Target::Object { namespace, name, sub } => match verb {
             "get" => get(api, r, namespace.as_deref(), &name, query).await,
             "update" => {
@@ -487,7 +518,7 @@ async fn check_namespace(api: &Api, r: &Resource, namespace: Option<&str>, name:
 /// Defaults a new object as `r`'s strategy does.
 fn prepare_create(r: &Resource, v: &mut Value) {
     match r.strategy {
-        Strategy::Plain => {}
+        Strategy::Plain | Strategy::EventV1 => {}
         Strategy::Namespace => {
             let name = meta::get(v, "name").to_string();
             let labels = meta::metadata(v).entry("labels").or_insert_with(|| Value::Object(Map::new()));
@@ -503,6 +534,19 @@ fn prepare_create(r: &Resource, v: &mut Value) {
             crate::pods::defaults(v);
             crate::pods::new_status(v);
         }
+        Strategy::Workload(w) => {
+            crate::workloads::defaults(w, v);
+            if w == Workload::Job {
+                crate::workloads::job_selector(v);
+            }
+        }
+        Strategy::Service => crate::services::defaults(v),
+    }
+    if let Some(status) = r.new_status {
+        v["status"] = serde_json::from_str(status).expect("a descriptor's status is JSON");
+    }
+    if r.generation != Generation::None {
+        meta::metadata(v).insert("generation".into(), Value::from(1));
     }
 }
 
@@ -510,6 +554,8 @@ fn prepare_create(r: &Resource, v: &mut Value) {
 fn validate(r: &Resource, v: &Value) -> Vec<FieldError> {
     match r.strategy {
         Strategy::Pod => crate::pods::validate(v),
+        Strategy::Workload(w) => crate::workloads::validate(w, v),
+        Strategy::Service => crate::services::validate(v),
         _ => Vec::new(),
     }
 }
@@ -584,6 +630,13 @@ async fn create(
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), &name, &errors));
     }
+    // A service's cluster IP and node ports, given back if the create does not happen.
+    let taken = match r.strategy {
+        Strategy::Service if !check.dry_run => crate::services::allocate(api, &api.ranges, None, &mut v)
+            .await
+            .map_err(|e| status::invalid(r.gk(), &name, &e))?,
+        _ => crate::services::Taken::default(),
+    };
     if check.dry_run {
         // What the create would store, unstored: no resourceVersion (kube's dry run).
         if api.storage.get(&key(api, r, namespace, &name)).await.map_err(|e| storage_error(r, &name, e))?.is_some() {
@@ -592,12 +645,15 @@ async fn create(
         let Value::Object(m) = v else { return Err(internal("an object is a JSON object")) };
         return Ok((StatusCode::CREATED, r.with_type(m)));
     }
-    let value = stored_bytes(v);
-    let rev = api
-        .storage
-        .create(&key(api, r, namespace, &name), value.clone(), 0)
-        .await
-        .map_err(|e| storage_error(r, &name, e))?;
+    let value = stored_bytes(r, v);
+    let lease = api.lease(r, &name).await?;
+    let rev = match api.storage.create(&key(api, r, namespace, &name), value.clone(), lease).await {
+        Ok(rev) => rev,
+        Err(e) => {
+            crate::services::release(api, &api.ranges, taken).await;
+            return Err(storage_error(r, &name, e));
+        }
+    };
     Ok((StatusCode::CREATED, shown(r, &Stored { value, rev })?))
 }
 
@@ -640,6 +696,70 @@ async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body
     }
 }
 
+/// The `scale` subresource of a workload: its `autoscaling/v1` Scale (GET), or a Scale sent
+/// (PUT) or patched (PATCH) whose replicas become the object's, through the object's own update
+/// (so its generation moves and its validation holds); the answer is the Scale after it.
+async fn scale(
+    api: &Api,
+    r: &Resource,
+    at: Named<'_>,
+    verb: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    check: &mut Check,
+) -> Answer {
+    let Strategy::Workload(w) = r.strategy else { return Err(status::no_such_resource()) };
+    let k = key(api, r, at.namespace, at.name);
+    let scale_kind = GroupKind { group: "autoscaling", kind: "Scale" };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let old = read(api, r, &k, at.name).await?;
+        let current = shown(r, &old)?;
+        let now = crate::workloads::scale_of(w, &current);
+        let wanted = match verb {
+            "get" => return Ok((StatusCode::OK, now)),
+            "update" => {
+                let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+                match ct.split(';').next().unwrap_or("").trim() {
+                    "application/json" | "*/*" | "" => {
+                        serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?
+                    }
+                    crate::proto::MEDIA_TYPE => crate::proto::decode_as("autoscaling/v1", "Scale", body)?,
+                    _ => return Err(unsupported_media()),
+                }
+            }
+            _ => {
+                let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+                crate::patch::apply(crate::patch::kind_of(ct)?, &now, body)?
+            }
+        };
+        let given = |f: &str| wanted.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        if !given("kind").is_empty() && given("kind") != "Scale" {
+            return Err(status::bad_request(format!(
+                "the kind in the data ({}) does not match the expected kind (Scale)",
+                given("kind")
+            )));
+        }
+        let wanted = serde_json::from_value::<k8s_openapi::api::autoscaling::v1::Scale>(wanted.clone())
+            .map(|_| wanted)
+            .map_err(|e| status::bad_request(format!("Scale in body is invalid: {e}")))?;
+        let errors = crate::workloads::scale_errors(&wanted);
+        if !errors.is_empty() {
+            return Err(status::invalid(scale_kind, at.name, &errors));
+        }
+        let rv = meta::get(&wanted, "resourceVersion").to_string();
+        let pinned = !rv.is_empty() && rv != old.rev.to_string();
+        let mut v = current;
+        v["spec"]["replicas"] = wanted.pointer("/spec/replicas").cloned().unwrap_or(Value::from(0));
+        meta::set(&mut v, "resourceVersion", &rv);
+        match update_from(api, r, &k, at, v, old, check.dry_run).await {
+            Err(s) if s.reason == "Conflict" && !pinned && verb == "patch" && attempt < PATCH_ATTEMPTS => continue,
+            done => return done.map(|(code, obj)| (code, crate::workloads::scale_of(w, &obj))),
+        }
+    }
+}
+
 /// A body sent to update the object at the path: its name that of the URL, its namespace the
 /// path's (taken when empty).
 fn same_object(r: &Resource, v: &mut Value, namespace: Option<&str>, name: &str) -> Result<(), Status> {
@@ -671,7 +791,7 @@ async fn update_from(
     dry_run: bool,
 ) -> Answer {
     let Named { name, part, .. } = at;
-    let old_v = parsed(&old)?;
+    let old_v = parsed_as(r, &old)?;
     // The resourceVersion the client read, if it gave one: the update applies to that version
     // only. Without one, to the current version (the resources here allow unconditional updates).
     let expected = match meta::get(&v, "resourceVersion") {
@@ -721,63 +841,101 @@ async fn update_from(
             None => m.remove(kept),
         };
     }
+    // The status is the status subresource's to change (and a namespace's finalizers the
+    // finalize subresource's).
+    let kept: &[&str] = match r.strategy {
+        Strategy::Namespace => &["spec", "status"],
+        _ if r.subresource("status").is_some() => &["status"],
+        _ => &[],
+    };
+    let o = v.as_object_mut().expect("an object");
+    for part in kept {
+        match old_v.get(*part) {
+            Some(x) => o.insert((*part).into(), x.clone()),
+            None => o.remove(*part),
+        };
+    }
     match r.strategy {
-        // A namespace's status is its status subresource's to change, and its finalizers the
-        // finalize subresource's.
-        Strategy::Namespace => {
-            let o = v.as_object_mut().expect("an object");
-            for part in ["spec", "status"] {
-                match old_v.get(part) {
-                    Some(x) => o.insert(part.into(), x.clone()),
-                    None => o.remove(part),
-                };
-            }
-        }
         Strategy::Secret => secret_defaults(&mut v),
-        // A pod's status is its status subresource's; its spec changes only as kube allows.
+        // A pod's spec changes only as kube allows.
         Strategy::Pod => {
             crate::pods::defaults(&mut v);
-            match old_v.get("status") {
-                Some(s) => v["status"] = s.clone(),
-                None => {
-                    v.as_object_mut().expect("an object").remove("status");
-                }
-            }
             errors.extend(crate::pods::update_errors(&old_v, &v));
         }
-        Strategy::Plain => {}
+        Strategy::Workload(w) => {
+            crate::workloads::defaults(w, &mut v);
+            errors.extend(crate::workloads::update_errors(w, &old_v, &v));
+        }
+        Strategy::Service => {
+            crate::services::defaults(&mut v);
+            crate::services::keep_allocated(&old_v, &mut v);
+            errors.extend(crate::services::update_errors(&old_v, &v));
+        }
+        Strategy::Namespace | Strategy::Plain | Strategy::EventV1 => {}
     }
+    generation(r, &old_v, &mut v);
     errors.extend(meta::name_errors(r.names, &v));
     errors.extend(validate(r, &v));
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), name, &errors));
     }
-    if v.get("metadata") == old_v.get("metadata") && without_meta(&v) == without_meta(&old_v) {
+    if stored_bytes(r, v.clone()) == old.value {
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
     }
+    if r.strategy == Strategy::Service && !dry_run {
+        // What the service needs now and did not hold is taken first; what it no longer holds
+        // is given back once the update is stored.
+        let taken = crate::services::allocate(api, &api.ranges, Some(&old_v), &mut v)
+            .await
+            .map_err(|e| status::invalid(r.gk(), name, &e))?;
+        let dropped = crate::services::dropped(&old_v, &v);
+        return match write_over(api, r, k, name, v, old.rev, dry_run).await {
+            Ok(done) => {
+                crate::services::release(api, &api.ranges, dropped).await;
+                Ok(done)
+            }
+            Err(e) => {
+                crate::services::release(api, &api.ranges, taken).await;
+                Err(e)
+            }
+        };
+    }
     write_over(api, r, k, name, v, old.rev, dry_run).await
+}
+
+/// An updated object's generation: a client cannot set it; the old one, bumped when the
+/// resource tracks changes of what changed.
+fn generation(r: &Resource, old: &Value, v: &mut Value) {
+    let old_gen = old.pointer("/metadata/generation").cloned();
+    let changed = match r.generation {
+        Generation::None => false,
+        Generation::Spec => old.get("spec") != v.get("spec"),
+        Generation::SpecAndAnnotations => {
+            old.get("spec") != v.get("spec")
+                || old.pointer("/metadata/annotations") != v.pointer("/metadata/annotations")
+        }
+    };
+    let m = meta::metadata(v);
+    match old_gen {
+        Some(g) if changed => m.insert("generation".into(), Value::from(g.as_i64().unwrap_or(0) + 1)),
+        Some(g) => m.insert("generation".into(), g),
+        None => m.remove("generation"),
+    };
 }
 
 /// Writes `v` over the object at `k` as it was at `rev`, and answers it; a dry run answers what
 /// would be written.
 async fn write_over(api: &Api, r: &Resource, k: &str, name: &str, v: Value, rev: i64, dry_run: bool) -> Answer {
-    let value = stored_bytes(v);
+    let value = stored_bytes(r, v);
     let rev = match dry_run {
         true => rev,
-        false => api.storage.update(k, value.clone(), rev).await.map_err(|e| storage_error(r, name, e))?,
+        false => {
+            let lease = api.lease(r, name).await?;
+            api.storage.update_with_lease(k, value.clone(), rev, lease).await.map_err(|e| storage_error(r, name, e))?
+        }
     };
     Ok((StatusCode::OK, shown(r, &Stored { value, rev })?))
-}
-
-fn without_meta(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Value::Object(o) = &mut v {
-        o.remove("metadata");
-        o.remove("kind");
-        o.remove("apiVersion");
-    }
-    v
 }
 
 /// What a DELETE's body (`DeleteOptions`) asks: a dry run (into the request's `Check`) and
@@ -862,7 +1020,12 @@ async fn delete(
     } else {
         // With preconditions, at the version they were checked against.
         let at = (opts.uid.is_some() || opts.resource_version.is_some()).then_some(current.rev);
-        api.storage.delete(&k, at).await.map_err(|e| storage_error(r, name, e))?
+        let gone = api.storage.delete(&k, at).await.map_err(|e| storage_error(r, name, e))?;
+        if r.strategy == Strategy::Service {
+            let v: Value = serde_json::from_slice(&gone.value).unwrap_or_default();
+            crate::services::release(api, &api.ranges, crate::services::held(&v)).await;
+        }
+        gone
     };
     match r.deleted {
         Deleted::Object => Ok((StatusCode::OK, shown(r, &gone)?)),
@@ -1088,10 +1251,19 @@ async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -
 
 /// Creates namespace `name` unless it exists (the namespaces kube-apiserver makes at start).
 pub async fn ensure_namespace(api: &Api, name: &str) -> Result<(), Status> {
-    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
-    let body = Bytes::from(serde_json::to_vec(&serde_json::json!({"metadata": {"name": name}})).expect("a body"));
+    ensure(api, "namespaces", None, serde_json::json!({"metadata": {"name": name}})).await
+}
+
+/// Creates `object` of core/v1 `plural` (in `namespace`) unless one of its name exists: what
+/// kube-apiserver makes at start.
+pub async fn ensure(api: &Api, plural: &str, namespace: Option<&str>, object: Value) -> Result<(), Status> {
+    let r = crate::resources::find("", "v1", plural).expect("a served resource");
+    if read(api, r, &key(api, r, namespace, meta::get(&object, "name")), "").await.is_ok() {
+        return Ok(());
+    }
+    let body = Bytes::from(serde_json::to_vec(&object).expect("a body"));
     let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
-    match create(api, namespaces, None, &HeaderMap::new(), &body, &mut check).await {
+    match create(api, r, namespace, &HeaderMap::new(), &body, &mut check).await {
         Ok(_) => Ok(()),
         Err(s) if s.reason == "AlreadyExists" => Ok(()),
         Err(s) => Err(s),

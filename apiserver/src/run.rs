@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use crate::cache::Caches;
 use crate::rest::Api;
@@ -52,6 +52,16 @@ pub struct Flags {
     /// The CA that signs client certificates; without it, the CA made in the data directory.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+    /// How long an event is kept after its last write (a Go duration).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: Duration,
+    /// The IPv4 range services' cluster IPs come from (its first address is the `kubernetes`
+    /// service's).
+    #[arg(long, default_value = "10.0.0.0/24")]
+    pub service_cluster_ip_range: String,
+    /// The range of services' node ports.
+    #[arg(long, default_value = "30000-32767")]
+    pub service_node_port_range: String,
     /// Where the embedded store, the made certificates and the admin kubeconfig live.
     #[arg(long, default_value = "keel-apiserver.data")]
     pub data_dir: PathBuf,
@@ -128,14 +138,15 @@ fn progress_trusted(version: &str) -> bool {
     }
 }
 
-/// A channel to the store at `url`, once it answers.
-async fn connect(url: &str) -> Result<Channel> {
-    let endpoint = Endpoint::from_shared(url.to_string())?.timeout(Duration::from_secs(30));
+/// The store's version, once one of its endpoints answers (an etcd may listen before it serves).
+async fn store_version(storage: &Storage, urls: &[String]) -> Result<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        match endpoint.connect().await {
-            Ok(c) => return Ok(c),
-            Err(e) if tokio::time::Instant::now() > deadline => return Err(e).context(format!("connecting to {url}")),
+        match storage.version().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                return Err(anyhow::anyhow!("{e}")).context(format!("reaching the store at {}", urls.join(",")))
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
@@ -300,6 +311,8 @@ const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "
 /// Starts keel-apiserver with `flags`: the store, then HTTPS; returns once it serves.
 pub async fn start(flags: &Flags) -> Result<Running> {
     std::fs::create_dir_all(&flags.data_dir)?;
+    let ranges = crate::services::Ranges::parse(&flags.service_cluster_ip_range, &flags.service_node_port_range)
+        .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range/--service-node-port-range: {e}"))?;
     let mut tasks = Vec::new();
     let (member, urls) = if flags.etcd_servers.is_empty() {
         let (m, url, serving) = embedded_member(&flags.data_dir).await?;
@@ -308,15 +321,26 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     } else {
         (None, flags.etcd_servers.clone())
     };
-    let channel = connect(&urls[0]).await?;
-    let storage = Storage::new(channel);
+    let mut channels = Vec::new();
+    for url in &urls {
+        let endpoint = Endpoint::from_shared(url.clone()).with_context(|| format!("--etcd-servers: {url}"))?;
+        channels.push(endpoint.connect_timeout(Duration::from_secs(3)).timeout(Duration::from_secs(30)).connect_lazy());
+    }
+    let storage = Storage::with_endpoints(channels);
+    let version = store_version(&storage, &urls).await?;
     let prefix = flags.etcd_prefix.trim_end_matches('/').to_string();
     // Consistent reads come from the watch caches where the store's progress notifications can
     // be trusted: the member in this process, or an etcd kube trusts.
-    let consistent = member.is_some() || progress_trusted(&storage.version().await.unwrap_or_default());
+    let consistent = member.is_some() || progress_trusted(&version);
     let (caches, feeding) = Caches::start(&storage, &prefix, consistent);
     tasks.extend(feeding);
-    let api = Api { storage: storage.clone(), prefix, caches };
+    let api = Api {
+        storage: storage.clone(),
+        prefix,
+        caches,
+        ranges: std::sync::Arc::new(ranges),
+        events: std::sync::Arc::new(crate::storage::Leases::new(flags.event_ttl)),
+    };
 
     let listener = tokio::net::TcpListener::bind((flags.bind_address, flags.secure_port)).await?;
     let addr = listener.local_addr()?;
@@ -352,6 +376,11 @@ pub async fn start(flags: &Flags) -> Result<Running> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+    // The `kubernetes` service, which holds the range's first address.
+    let kubernetes = crate::services::kubernetes_service(&api.ranges, addr.port());
+    if let Err(s) = crate::rest::ensure(&api, "services", Some("default"), kubernetes).await {
+        bail!("creating the kubernetes service: {}", s.message);
     }
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");

@@ -232,6 +232,7 @@ mod tests {
         assert_eq!(r(&["namespaces", "a", "configmaps", "x", "status"]), None);
         assert_eq!(r(&["pods"]), Some(("pods", Target::Collection { namespace: None })));
         assert_eq!(r(&["namespaces", "a", "pods", "x", "exec"]), None, "a subresource not served");
-        assert_eq!(r(&["nodes"]), None);
+        assert_eq!(r(&["componentstatuses"]), None);
+        assert_eq!(r(&["nodes"]), Some(("nodes", Target::Collection { namespace: None })));
     }
 }

@@ -293,11 +293,40 @@ pub struct FieldError {
     /// The offending value (not printed for Required, Forbidden, TooLong and Internal).
     pub value: Option<serde_json::Value>,
     pub detail: String,
+    /// The value is Go's own rendering (`%#v` of a map or struct), printed as it is.
+    pub verbatim: bool,
 }
 
 impl FieldError {
     pub fn new(kind: FieldErrorType, field: &str, value: Option<serde_json::Value>, detail: &str) -> Self {
-        FieldError { kind, field: field.into(), value, detail: detail.into() }
+        FieldError { kind, field: field.into(), value, detail: detail.into(), verbatim: false }
+    }
+
+    /// kube's `field.NotSupported`: `value` is not one of `values`.
+    pub fn not_supported(field: &str, value: &str, values: &[&str]) -> Self {
+        let list = values.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>().join(", ");
+        Self::new(
+            FieldErrorType::NotSupported,
+            field,
+            Some(serde_json::Value::String(value.into())),
+            &format!("supported values: {list}"),
+        )
+    }
+
+    /// kube's `field.Required` without a detail.
+    pub fn required(field: &str) -> Self {
+        Self::new(FieldErrorType::Required, field, None, "")
+    }
+
+    /// An error whose value is shown as Go renders it (`go`, e.g. `map[string]string{"a":"b"}`).
+    pub fn verbatim(kind: FieldErrorType, field: &str, go: String, detail: &str) -> Self {
+        FieldError {
+            kind,
+            field: field.into(),
+            value: Some(serde_json::Value::String(go)),
+            detail: detail.into(),
+            verbatim: true,
+        }
     }
 
     /// The error without its field, as kube's `ErrorBody` words it.
@@ -308,6 +337,7 @@ impl FieldError {
             if let Some(v) = &self.value {
                 s.push_str(": ");
                 s.push_str(&match v {
+                    serde_json::Value::String(t) if self.verbatim => t.clone(),
                     serde_json::Value::String(t) => go_quote(t),
                     serde_json::Value::Null => "null".into(),
                     other => other.to_string(),

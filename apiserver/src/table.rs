@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
+use crate::printers::Column;
 use crate::resources::{Resource, Strategy};
 use crate::status::{self, Status};
 
@@ -98,14 +99,14 @@ pub fn human_duration(secs: i64) -> String {
 }
 
 /// Seconds since an RFC 3339 time (`2026-12-06T23:00:00Z`); `None` if it does not parse.
-fn age_secs(rfc3339: &str) -> Option<i64> {
+pub(crate) fn age_secs(rfc3339: &str) -> Option<i64> {
     let ts: k8s_openapi::jiff::Timestamp = rfc3339.parse().ok()?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs() as i64;
     Some(now - ts.as_second())
 }
 
-const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
-const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+pub(crate) const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+pub(crate) const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
 const CONFIGMAP_DATA_DOC: &str = "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.";
 const SERVICEACCOUNT_SECRETS_DOC: &str = "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a \"kubernetes.io/enforce-mountable-secrets\" annotation set to \"true\". The \"kubernetes.io/enforce-mountable-secrets\" annotation is deprecated since v1.32. Prefer separate namespaces to isolate access to mounted secrets. This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret";
@@ -121,40 +122,44 @@ const POD_NODE_DOC: &str = "NodeName indicates in which node this pod is schedul
 const POD_NOMINATED_DOC: &str = "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods. This field does not guarantee that the pod will be scheduled on this node. Scheduler may decide to place the pod elsewhere if other nodes become available sooner. Scheduler may also decide to give the resources on this node to a higher priority pod that is created after preemption. As a result, this field may be different than PodSpec.nodeName when the pod is scheduled.";
 const POD_GATES_DOC: &str = "If specified, all readiness gates will be evaluated for pod readiness. A pod is ready when all its containers are ready AND all conditions specified in the readiness gates have status equal to \"True\" More info: https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates";
 
-/// One column: name, type, format, description.
-type Column = (&'static str, &'static str, &'static str, &'static str);
-
-/// How many of `r`'s columns `kubectl get` shows without `-o wide` (the rest have priority 1).
-fn narrow(r: &Resource) -> usize {
-    match r.strategy {
-        Strategy::Pod => 5,
-        _ => usize::MAX,
-    }
+/// A column of priority 0 (shown by `kubectl get`).
+const fn column(name: &'static str, ty: &'static str, format: &'static str, description: &'static str) -> Column {
+    Column { name, ty, format, description, priority: 0 }
 }
 
-/// kube's printer columns for `r` (`pkg/printers/internalversion/printers.go`) and a row's cells.
+/// kube's printer columns for `r` (`pkg/printers/internalversion/printers.go`): those written
+/// here, else `crate::printers`', else kube's default (Name, Created At).
 fn columns(r: &Resource) -> Vec<Column> {
-    let name = ("Name", "string", "name", NAME_DOC);
-    let age = ("Age", "string", "", AGE_DOC);
+    let name = column("Name", "string", "name", NAME_DOC);
+    let age = column("Age", "string", "", AGE_DOC);
+    let wide = |c: Column| Column { priority: 1, ..c };
     match (r.strategy, r.kind) {
-        (Strategy::Namespace, _) => vec![name, ("Status", "string", "", "The status of the namespace"), age],
+        (Strategy::Namespace, _) => vec![name, column("Status", "string", "", "The status of the namespace"), age],
         (Strategy::Secret, _) => {
-            vec![name, ("Type", "string", "", SECRET_TYPE_DOC), ("Data", "string", "", SECRET_DATA_DOC), age]
+            vec![
+                name,
+                column("Type", "string", "", SECRET_TYPE_DOC),
+                column("Data", "string", "", SECRET_DATA_DOC),
+                age,
+            ]
         }
         (Strategy::Pod, _) => vec![
             name,
-            ("Ready", "string", "", POD_READY_DOC),
-            ("Status", "string", "", POD_STATUS_DOC),
-            ("Restarts", "string", "", POD_RESTARTS_DOC),
+            column("Ready", "string", "", POD_READY_DOC),
+            column("Status", "string", "", POD_STATUS_DOC),
+            column("Restarts", "string", "", POD_RESTARTS_DOC),
             age,
-            ("IP", "string", "", POD_IP_DOC),
-            ("Node", "string", "", POD_NODE_DOC),
-            ("Nominated Node", "string", "", POD_NOMINATED_DOC),
-            ("Readiness Gates", "string", "", POD_GATES_DOC),
+            wide(column("IP", "string", "", POD_IP_DOC)),
+            wide(column("Node", "string", "", POD_NODE_DOC)),
+            wide(column("Nominated Node", "string", "", POD_NOMINATED_DOC)),
+            wide(column("Readiness Gates", "string", "", POD_GATES_DOC)),
         ],
-        (_, "ConfigMap") => vec![name, ("Data", "string", "", CONFIGMAP_DATA_DOC), age],
-        (_, "ServiceAccount") => vec![name, ("Secrets", "string", "", SERVICEACCOUNT_SECRETS_DOC), age],
-        _ => vec![name, ("Created At", "date", "", AGE_DOC)],
+        (_, "ConfigMap") => vec![name, column("Data", "string", "", CONFIGMAP_DATA_DOC), age],
+        (_, "ServiceAccount") => vec![name, column("Secrets", "string", "", SERVICEACCOUNT_SECRETS_DOC), age],
+        _ => match crate::printers::printer(r.group, r.kind) {
+            Some(p) => p.columns.to_vec(),
+            None => vec![name, column("Created At", "date", "", AGE_DOC)],
+        },
     }
 }
 
@@ -181,7 +186,10 @@ fn cells(r: &Resource, obj: &Value) -> Vec<Value> {
             let secrets = obj.get("secrets").and_then(Value::as_array).map_or(0, Vec::len);
             vec![name, Value::from(secrets), age]
         }
-        _ => vec![name, Value::String(created.into())],
+        _ => match crate::printers::printer(r.group, r.kind) {
+            Some(p) => (p.cells)(obj),
+            None => vec![name, Value::String(created.into())],
+        },
     }
 }
 
@@ -228,10 +236,8 @@ pub fn render(shape: Shape, r: &Resource, answer: Value, include_object: Option<
             }
             let defs: Vec<Value> = columns(r)
                 .into_iter()
-                .enumerate()
-                .map(|(i, (name, ty, format, doc))| {
-                    let priority = i32::from(i >= narrow(r));
-                    json!({"name": name, "type": ty, "format": format, "description": doc, "priority": priority})
+                .map(|c| {
+                    json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority})
                 })
                 .collect();
             let rows: Vec<Value> = items

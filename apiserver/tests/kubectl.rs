@@ -482,6 +482,9 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
     k.ok(&["delete", "ns", "team", "--wait=false"]).await;
     assert_eq!(k.fails(&["get", "ns", "team"]).await, "Error from server (NotFound): namespaces \"team\" not found\n");
 
+    workloads(&k).await;
+    services(&k).await;
+
     // A client without the admin certificate gets nowhere.
     let config = std::fs::read_to_string(&running.kubeconfig).unwrap();
     let anonymous: String = config
@@ -494,6 +497,197 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
     std::fs::write(&path, anonymous).unwrap();
     let k2 = Kubectl { kubeconfig: path, cache: dir.join("cache2"), files: dir.to_path_buf() };
     assert!(!k2.run(&["get", "ns"]).await.ok, "a client without a certificate was served");
+}
+
+/// Deployments and their kin: applied from YAML with kube's defaults, their generation, the
+/// scale subresource (`kubectl scale`), status kept apart from spec, and kube's validation.
+async fn workloads(k: &Kubectl) {
+    let yaml = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: nginx\n        image: nginx:1.27\n        ports:\n        - containerPort: 80\n";
+    let path = k.files.join("web.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let path = path.to_str().unwrap();
+    assert_eq!(k.ok(&["apply", "-f", path]).await, "deployment.apps/web created\n");
+    let fields = "jsonpath={.metadata.generation} {.spec.replicas} {.spec.strategy.rollingUpdate.maxSurge} {.spec.revisionHistoryLimit} {.spec.template.spec.containers[0].imagePullPolicy}";
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", fields]).await, "1 1 25% 10 IfNotPresent");
+    let rows = k.ok(&["get", "deployments"]).await;
+    let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]);
+    assert_eq!(&rows[1][..4], ["web", "0/1", "0", "0"]);
+
+    // kubectl scale patches the scale subresource; the spec changes, so the generation moves.
+    assert_eq!(k.ok(&["scale", "deploy", "web", "--replicas=3"]).await, "deployment.apps/web scaled\n");
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation} {.spec.replicas}"]).await, "2 3");
+    let scale: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "--raw", "/apis/apps/v1/namespaces/default/deployments/web/scale"]).await)
+            .unwrap();
+    assert_eq!((&scale["kind"], &scale["apiVersion"]), (&"Scale".into(), &"autoscaling/v1".into()));
+    assert_eq!((&scale["spec"]["replicas"], &scale["status"]["selector"]), (&3.into(), &"app=web".into()));
+    let negative = k.fails(&["scale", "deploy", "web", "--replicas=-1"]).await;
+    assert!(negative.contains("--replicas=COUNT"), "{negative}");
+
+    // The status is the status subresource's: a patch of the object leaves it, a patch of the
+    // subresource changes only it (and not the generation).
+    let status = r#"{"status":{"replicas":3,"readyReplicas":2,"availableReplicas":2,"updatedReplicas":3}}"#;
+    assert_eq!(
+        k.ok(&["patch", "deploy", "web", "--type=merge", "-p", status]).await,
+        "deployment.apps/web patched (no change)\n"
+    );
+    k.ok(&["patch", "deploy", "web", "--subresource=status", "--type=merge", "-p", status]).await;
+    let rows = k.ok(&["get", "deploy", "web", "--no-headers"]).await;
+    assert_eq!(&rows.split_whitespace().collect::<Vec<_>>()[..4], ["web", "2/3", "3", "2"]);
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation}"]).await, "2");
+    // A label is not the spec; an annotation is, for a Deployment (kube copies them on).
+    k.ok(&["label", "deploy", "web", "tier=front"]).await;
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation}"]).await, "2");
+    k.ok(&["annotate", "deploy", "web", "note=x"]).await;
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation}"]).await, "3");
+
+    // Validation as kube words it.
+    let immutable = k
+        .fails(&[
+            "patch",
+            "deploy",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"selector":{"matchLabels":{"app":"x"}}}}"#,
+        ])
+        .await;
+    assert!(
+        immutable.contains("spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"x\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable"),
+        "{immutable}"
+    );
+    let bad = yaml
+        .replace("name: web\n  labels", "name: bad\n  labels")
+        .replace("        app: web\n    spec", "        app: other\n    spec");
+    let bad_path = k.files.join("bad.yaml");
+    std::fs::write(&bad_path, bad).unwrap();
+    let bad = k.fails(&["apply", "-f", bad_path.to_str().unwrap()]).await;
+    assert!(
+        bad.contains("The Deployment \"bad\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"other\"}: `selector` does not match template `labels`"),
+        "{bad}"
+    );
+
+    // kubectl's own generators send protobuf bodies.
+    assert_eq!(
+        k.ok(&["create", "deployment", "gen", "--image=nginx:1.27", "--replicas=0"]).await,
+        "deployment.apps/gen created\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "deploy",
+            "gen",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.selector.matchLabels.app} {.spec.template.spec.containers[0].name}"
+        ])
+        .await,
+        "0 gen nginx"
+    );
+    assert_eq!(
+        k.ok(&["create", "job", "pi", "--image=perl:5.34", "--", "perl", "-e", "print 1"]).await,
+        "job.batch/pi created\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "job",
+            "pi",
+            "-o",
+            "jsonpath={.spec.template.spec.restartPolicy} {.spec.backoffLimit} {.metadata.labels.job-name}"
+        ])
+        .await,
+        "Never 6 pi"
+    );
+    assert_eq!(
+        k.ok(&["create", "role", "reader", "--verb=get,list", "--resource=pods"]).await,
+        "role.rbac.authorization.k8s.io/reader created\n"
+    );
+    assert_eq!(k.ok(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]).await, r#"["get","list"]"#);
+
+    // kubectl get all: the category lists every workload kind served.
+    let all = k.ok(&["get", "all", "-o", "name"]).await;
+    assert!(all.contains("deployment.apps/web\n"), "{all}");
+    assert_eq!(k.ok(&["delete", "deploy", "web"]).await, "deployment.apps \"web\" deleted\n");
+}
+
+/// Services: the `kubernetes` service on the range's first address, cluster IPs and node ports
+/// given without duplicates (held as IPAddress objects and kube's node port bitmap in the store),
+/// kube's allocation errors, and what a deleted service held given back.
+async fn services(k: &Kubectl) {
+    assert_eq!(k.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]).await, "10.0.0.1");
+    let svc = |name: &str, spec: serde_json::Value| serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec});
+    let web = k.file(
+        "svc-web.json",
+        svc("web", serde_json::json!({"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80}]})),
+    );
+    assert_eq!(k.ok(&["create", "-f", &web]).await, "service/web created\n");
+    let got = k
+        .ok(&[
+            "get",
+            "svc",
+            "web",
+            "-o",
+            "jsonpath={.spec.clusterIP} {.spec.ports[0].nodePort} {.spec.ports[0].targetPort}",
+        ])
+        .await;
+    let got: Vec<&str> = got.split(' ').collect();
+    let (ip, node_port) = (got[0].to_string(), got[1].parse::<u16>().unwrap());
+    assert!(ip.starts_with("10.0.0.") && ip != "10.0.0.1", "{ip}");
+    assert!((30000..=32767).contains(&node_port) && got[2] == "80", "{got:?}");
+    let rows = k.ok(&["get", "svc", "web"]).await;
+    let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]);
+    assert_eq!(&rows[1][..5], ["web", "NodePort", &ip, "<none>", &format!("80:{node_port}/TCP")]);
+    assert!(k.ok(&["get", "ipaddresses", "-o", "name"]).await.contains(&format!("ipaddress.networking.k8s.io/{ip}\n")));
+
+    // What one service holds, another cannot have.
+    let same_ip =
+        k.file("svc-same-ip.json", svc("other", serde_json::json!({"clusterIP": ip, "ports": [{"port": 80}]})));
+    assert!(k.fails(&["create", "-f", &same_ip]).await.contains(&format!(
+        "The Service \"other\" is invalid: spec.clusterIPs: Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: provided IP is already allocated"
+    )));
+    let same_port = k.file(
+        "svc-same-port.json",
+        svc("other", serde_json::json!({"type": "NodePort", "ports": [{"port": 81, "nodePort": node_port}]})),
+    );
+    assert!(k.fails(&["create", "-f", &same_port]).await.contains(&format!(
+        "The Service \"other\" is invalid: spec.ports[0].nodePort: Invalid value: {node_port}: provided port is already allocated"
+    )));
+    let outside = k.file(
+        "svc-outside.json",
+        svc("other", serde_json::json!({"clusterIP": "10.96.0.10", "ports": [{"port": 80}]})),
+    );
+    assert!(k.fails(&["create", "-f", &outside]).await.contains("failed to allocate IP 10.96.0.10: the provided IP (10.96.0.10) is not in the valid range. The range of valid IPs is 10.0.0.0/24"));
+    let bad_name = k.file("svc-bad-name.json", svc("1web", serde_json::json!({"ports": [{"port": 80}]})));
+    assert!(k.fails(&["create", "-f", &bad_name]).await.contains("metadata.name: Invalid value: \"1web\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character"));
+    // The failed creates held nothing; a replace keeps the address and port.
+    let replaced = k.file(
+        "svc-web-2.json",
+        svc("web", serde_json::json!({"type": "NodePort", "selector": {"app": "web2"}, "ports": [{"port": 80}]})),
+    );
+    k.ok(&["replace", "-f", &replaced]).await;
+    assert_eq!(
+        k.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP} {.spec.ports[0].nodePort}"]).await,
+        format!("{ip} {node_port}")
+    );
+    // Deleted, its address and port are free again.
+    assert_eq!(k.ok(&["delete", "svc", "web"]).await, "service \"web\" deleted\n");
+    let reuse = k.file(
+        "svc-reuse.json",
+        svc(
+            "other",
+            serde_json::json!({"type": "NodePort", "clusterIP": ip, "ports": [{"port": 80, "nodePort": node_port}]}),
+        ),
+    );
+    assert_eq!(k.ok(&["create", "-f", &reuse]).await, "service/other created\n");
+    k.ok(&["delete", "svc", "other"]).await;
+    // kubectl create service sends protobuf.
+    assert_eq!(k.ok(&["create", "service", "clusterip", "gen", "--tcp=80:8080"]).await, "service/gen created\n");
+    assert_eq!(
+        k.ok(&["get", "svc", "gen", "-o", "jsonpath={.spec.ports[0].targetPort} {.spec.selector.app}"]).await,
+        "8080 gen"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,7 +50,7 @@ impl Storage {
                 request: Some(Request::RequestRange(RangeRequest { key: key.into(), ..Default::default() })),
             }],
         };
-        let resp = self.kv.clone().txn(txn).await?.into_inner();
+        let resp = self.kv(|mut kv| async move { kv.txn(txn).await }).await?;
         let now = resp.header.as_ref().map_or(0, |h| h.revision);
         if !resp.succeeded {
             let clock = match resp.responses.first().and_then(|r| r.response.as_ref()) {
@@ -61,11 +61,11 @@ impl Storage {
         }
         if last.rev != 0 {
             let compact = CompactionRequest { revision: last.rev, physical: false };
-            match self.kv.clone().compact(compact).await {
+            match self.kv(|mut kv| async move { kv.compact(compact).await }).await {
                 Ok(_) => tracing::info!(revision = last.rev, "compacted the store"),
                 // Another compactor got there first.
-                Err(s) if super::is_compacted(&s) => {}
-                Err(s) => return Err(s.into()),
+                Err(super::StorageError::Store(s)) if super::is_compacted(&s) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(Round { clock: last.clock + 1, rev: now })

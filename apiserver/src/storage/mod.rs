@@ -26,6 +26,13 @@ use keel_proto::etcdserverpb::watch_client::WatchClient;
 use keel_proto::etcdserverpb::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, TxnResponse,
 };
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_proto::etcdserverpb::lease_client::LeaseClient;
+use keel_proto::etcdserverpb::LeaseGrantRequest;
 use keel_proto::mvccpb::KeyValue;
 use tonic::transport::Channel;
 
@@ -107,12 +114,68 @@ pub struct Page {
     pub remaining: Option<i64>,
 }
 
-/// Objects in an etcd v3 keyspace. Cheap to clone (one HTTP/2 channel).
+/// The leases objects that expire are written with (kube's `leaseManager`, for events and
+/// `--event-ttl`): one lease serves every write for a while (5% of the TTL, at most a minute),
+/// granted that much longer, so a busy cluster does not make a lease per event.
+pub struct Leases {
+    ttl: Duration,
+    current: parking_lot::Mutex<Option<(i64, Instant)>>,
+}
+
+impl Leases {
+    pub fn new(ttl: Duration) -> Self {
+        Leases { ttl, current: parking_lot::Mutex::new(None) }
+    }
+
+    /// A lease that outlives `ttl` from now (and not by more than the reuse window).
+    pub async fn get(&self, storage: &Storage) -> Result<i64> {
+        let reuse = (self.ttl / 20).min(Duration::from_secs(60));
+        let now = Instant::now();
+        if let Some((id, expires)) = *self.current.lock() {
+            if now + self.ttl < expires && now + self.ttl + reuse > expires {
+                return Ok(id);
+            }
+        }
+        let granted = self.ttl + reuse;
+        let id = storage.grant(granted.as_secs().max(1) as i64).await?;
+        *self.current.lock() = Some((id, now + granted));
+        Ok(id)
+    }
+}
+
+/// The store's client endpoints (`--etcd-servers`), one in use at a time, as etcd's client
+/// balancer fails over: a request that finds its endpoint unreachable (or leaderless, or too slow)
+/// fails, and moves the requests after it to the next endpoint.
+pub(crate) struct Endpoints {
+    channels: Vec<Channel>,
+    current: AtomicUsize,
+}
+
+impl Endpoints {
+    /// The endpoint in use: its index and channel.
+    fn pick(&self) -> (usize, Channel) {
+        let i = self.current.load(Ordering::Relaxed) % self.channels.len();
+        (i, self.channels[i].clone())
+    }
+
+    /// The error of a request made on endpoint `i`; one that says the endpoint cannot serve
+    /// moves the next requests on.
+    pub(crate) fn failed(&self, i: usize, s: tonic::Status) -> StorageError {
+        use tonic::Code::*;
+        if matches!(s.code(), Unavailable | Unknown | DeadlineExceeded | Cancelled) && self.channels.len() > 1 {
+            let next = (i + 1) % self.channels.len();
+            if self.current.compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                tracing::warn!(from = i, to = next, error = %s.message(), "the store endpoint failed; using the next");
+            }
+        }
+        StorageError::Store(s)
+    }
+}
+
+/// Objects in an etcd v3 keyspace. Cheap to clone (its endpoints' HTTP/2 channels are shared).
 #[derive(Clone)]
 pub struct Storage {
-    kv: KvClient<Channel>,
-    watch: WatchClient<Channel>,
-    maintenance: MaintenanceClient<Channel>,
+    endpoints: Arc<Endpoints>,
 }
 
 fn compare_mod_rev(key: &str, rev: i64) -> Compare {
@@ -147,12 +210,32 @@ fn is_compacted(s: &tonic::Status) -> bool {
 }
 
 impl Storage {
+    /// A store behind one channel.
     pub fn new(channel: Channel) -> Self {
-        Self {
-            kv: KvClient::new(channel.clone()).max_decoding_message_size(usize::MAX),
-            watch: WatchClient::new(channel.clone()).max_decoding_message_size(usize::MAX),
-            maintenance: MaintenanceClient::new(channel),
-        }
+        Self::with_endpoints(vec![channel])
+    }
+
+    /// A store behind several endpoints (members of one cluster), failing over between them.
+    pub fn with_endpoints(channels: Vec<Channel>) -> Self {
+        assert!(!channels.is_empty(), "a store has an endpoint");
+        Self { endpoints: Arc::new(Endpoints { channels, current: AtomicUsize::new(0) }) }
+    }
+
+    /// One KV call on the endpoint in use.
+    async fn kv<T, F, Fut>(&self, call: F) -> Result<T>
+    where
+        F: FnOnce(KvClient<Channel>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let (i, channel) = self.endpoints.pick();
+        let kv = KvClient::new(channel).max_decoding_message_size(usize::MAX);
+        call(kv).await.map(tonic::Response::into_inner).map_err(|s| self.endpoints.failed(i, s))
+    }
+
+    /// A watch client on the endpoint in use, its index, and the endpoints (to report failures).
+    fn watch_client(&self) -> (usize, WatchClient<Channel>, Arc<Endpoints>) {
+        let (i, channel) = self.endpoints.pick();
+        (i, WatchClient::new(channel).max_decoding_message_size(usize::MAX), self.endpoints.clone())
     }
 
     /// The store's current revision, as kube's `GetCurrentResourceVersion` reads it: a
@@ -160,19 +243,32 @@ impl Storage {
     pub async fn current_revision(&self, prefix: &str) -> Result<i64> {
         let key = prefix.trim_end_matches('/');
         let r = RangeRequest { key: key.as_bytes().to_vec().into(), limit: 1, ..Default::default() };
-        let resp = self.kv.clone().range(r).await?.into_inner();
+        let resp = self.kv(|mut kv| async move { kv.range(r).await }).await?;
         Ok(resp.header.map_or(0, |h| h.revision))
     }
 
     /// The version the store reports (etcd's `Maintenance.Status`), e.g. `3.4.23`.
     pub async fn version(&self) -> Result<String> {
-        Ok(self.maintenance.clone().status(StatusRequest {}).await?.into_inner().version)
+        let (i, channel) = self.endpoints.pick();
+        match MaintenanceClient::new(channel).status(StatusRequest {}).await {
+            Ok(r) => Ok(r.into_inner().version),
+            Err(s) => Err(self.endpoints.failed(i, s)),
+        }
+    }
+
+    /// A new lease of `ttl` seconds; its id.
+    pub async fn grant(&self, ttl: i64) -> Result<i64> {
+        let (i, channel) = self.endpoints.pick();
+        match LeaseClient::new(channel).lease_grant(LeaseGrantRequest { ttl, id: 0 }).await {
+            Ok(r) => Ok(r.into_inner().id),
+            Err(s) => Err(self.endpoints.failed(i, s)),
+        }
     }
 
     /// The object at `key`, if any (a linearizable read).
     pub async fn get(&self, key: &str) -> Result<Option<Stored>> {
         let r = RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() };
-        let resp = self.kv.clone().range(r).await?.into_inner();
+        let resp = self.kv(|mut kv| async move { kv.range(r).await }).await?;
         Ok(resp.kvs.into_iter().next().map(Stored::from))
     }
 
@@ -185,7 +281,7 @@ impl Storage {
             success: vec![RequestOp { request: Some(Request::RequestPut(put)) }],
             failure: vec![],
         };
-        let resp = self.kv.clone().txn(txn).await?.into_inner();
+        let resp = self.kv(|mut kv| async move { kv.txn(txn).await }).await?;
         if !resp.succeeded {
             return Err(StorageError::AlreadyExists);
         }
@@ -195,7 +291,13 @@ impl Storage {
     /// Replaces the object at `key` if it is still at resourceVersion `expected`; returns the new
     /// resourceVersion. `Conflict` (with what is there) otherwise, `NotFound` if nothing is.
     pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> Result<i64> {
-        let put = PutRequest { key: key.as_bytes().to_vec().into(), value: value.into(), ..Default::default() };
+        self.update_with_lease(key, value, expected, 0).await
+    }
+
+    /// `update`, the object attached to `lease` (0 for none: an update without a lease takes
+    /// the object off the one it had, as etcd's put does).
+    pub async fn update_with_lease(&self, key: &str, value: Vec<u8>, expected: i64, lease: i64) -> Result<i64> {
+        let put = PutRequest { key: key.as_bytes().to_vec().into(), value: value.into(), lease, ..Default::default() };
         let resp = self.cas(key, expected, Request::RequestPut(put)).await?;
         Ok(resp.header.map_or(0, |h| h.revision))
     }
@@ -230,7 +332,7 @@ impl Storage {
             success: vec![RequestOp { request: Some(op) }],
             failure: vec![get_op(key)],
         };
-        let resp = self.kv.clone().txn(txn).await?.into_inner();
+        let resp = self.kv(|mut kv| async move { kv.txn(txn).await }).await?;
         if resp.succeeded {
             return Ok(resp);
         }
@@ -260,13 +362,13 @@ impl Storage {
             },
             ..Default::default()
         };
-        let resp = match self.kv.clone().range(r).await {
-            Ok(resp) => resp.into_inner(),
-            Err(s) if is_compacted(&s) && opts.continue_token.is_some() => {
+        let resp = match self.kv(|mut kv| async move { kv.range(r).await }).await {
+            Ok(resp) => resp,
+            Err(StorageError::Store(s)) if is_compacted(&s) && opts.continue_token.is_some() => {
                 return Err(StorageError::Expired { restart: cont::encode(&from, prefix, -1) });
             }
-            Err(s) if is_compacted(&s) => return Err(StorageError::Compacted(0)),
-            Err(s) => return Err(s.into()),
+            Err(StorageError::Store(s)) if is_compacted(&s) => return Err(StorageError::Compacted(0)),
+            Err(e) => return Err(e),
         };
         // Every page of a list reads at the revision of its first.
         let rev = match at {

@@ -49,6 +49,8 @@ struct State {
     responses: tonic::Streaming<keel_proto::etcdserverpb::WatchResponse>,
     ready: VecDeque<Change>,
     done: bool,
+    /// The endpoint it runs on, to report its failure.
+    endpoint: (usize, std::sync::Arc<super::Endpoints>),
 }
 
 /// Asks a running watch for a progress notification: the store answers with a `Progress` of
@@ -90,9 +92,13 @@ impl Storage {
         tx.send(WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) })
             .await
             .map_err(|_| StorageError::Store(tonic::Status::unavailable("watch request stream closed")))?;
-        let responses = self.watch.clone().watch(ReceiverStream::new(rx)).await?.into_inner();
+        let (i, mut client, endpoints) = self.watch_client();
+        let responses = match client.watch(ReceiverStream::new(rx)).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => return Err(endpoints.failed(i, s)),
+        };
         let progress = ProgressRequests(tx.clone());
-        let state = State { _requests: tx, responses, ready: VecDeque::new(), done: false };
+        let state = State { _requests: tx, responses, ready: VecDeque::new(), done: false, endpoint: (i, endpoints) };
         let changes = futures::stream::unfold(state, |mut st| async move {
             loop {
                 if let Some(change) = st.ready.pop_front() {
@@ -106,7 +112,8 @@ impl Storage {
                     Ok(None) => return None,
                     Err(status) => {
                         st.done = true;
-                        return Some((Err(status.into()), st));
+                        let e = st.endpoint.1.failed(st.endpoint.0, status);
+                        return Some((Err(e), st));
                     }
                 };
                 if resp.compact_revision > 0 {

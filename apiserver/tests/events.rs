@@ -1,0 +1,67 @@
+//! Events: one object through both APIs that serve it (core/v1 and events.k8s.io/v1, converted
+//! as kube converts them), expiring `--event-ttl` after its last write (written with a store
+//! lease, as kube-apiserver writes them); other objects stay.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use keel_apiserver::run::{start, Flags};
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_expire_after_the_event_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = <Flags as clap::Parser>::parse_from([
+        "keel-apiserver".to_string(),
+        "--secure-port=0".into(),
+        "--bind-address=127.0.0.1".into(),
+        "--event-ttl=2s".into(),
+        format!("--data-dir={}", dir.path().display()),
+    ]);
+    let running = start(&flags).await.expect("keel-apiserver starts");
+    let kubeconfig = Kubeconfig::read_from(&running.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let new_events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+
+    let event = serde_json::from_value::<Event>(serde_json::json!({
+        "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "Started",
+        "message": "started",
+        "type": "Normal",
+        "eventTime": "2026-12-07T04:00:00.000000Z",
+        "reportingComponent": "kubelet",
+        "reportingInstance": "node-1",
+    }))
+    .unwrap();
+    events.create(&PostParams::default(), &event).await.unwrap();
+    let cm = serde_json::from_value::<ConfigMap>(serde_json::json!({"metadata": {"name": "stays"}})).unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    // The same event through events.k8s.io/v1, updated there: the core API sees the change, and
+    // it still expires.
+    let mut seen = new_events.get("e1").await.unwrap();
+    assert_eq!(seen.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("p"));
+    assert_eq!((seen.note.as_deref(), seen.reporting_controller.as_deref()), (Some("started"), Some("kubelet")));
+    seen.note = Some("updated".into());
+    new_events.replace("e1", &PostParams::default(), &seen).await.unwrap();
+    assert_eq!(events.get("e1").await.unwrap().message.as_deref(), Some("updated"));
+
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match events.get_opt("e1").await.unwrap() {
+            None => break,
+            Some(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "the event outlived its TTL");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    assert!(cms.get_opt("stays").await.unwrap().is_some(), "a configmap expired with the events");
+    running.stop().await;
+}

@@ -6,6 +6,7 @@
 //! the resources of the table in [`resources`] over HTTPS ([`server`], [`run`]).
 
 pub mod cache;
+pub mod deletion;
 pub mod discovery;
 pub mod events;
 pub mod meta;

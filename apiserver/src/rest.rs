@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, Method, StatusCode};
 use serde_json::{Map, Value};
 
+use crate::deletion::{Options as DeleteOptions, Plan};
 use crate::meta;
 use crate::resources::{Deleted, Generation, Resource, Strategy};
 use crate::selector::{field_of, FieldSelector, LabelSelector};
@@ -422,8 +423,8 @@ pub async fn serve(
         }
         Target::Collection { namespace } => match verb {
             "list" => return list_answer(api, r, namespace.as_deref(), query, shape).await,
-            "deletecollection" => match DeleteOptions::of(&body, &mut check) {
-                Ok(_) => delete_collection(api, r, namespace.as_deref(), query, check.dry_run).await,
+            "deletecollection" => match delete_options(headers, &body, query, &mut check) {
+                Ok(opts) => delete_collection(api, r, namespace.as_deref(), query, check.dry_run, &opts).await,
                 Err(s) => Err(s),
             },
             _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
@@ -445,7 +446,7 @@ pub async fn serve(
                 let at = Named { namespace: namespace.as_deref(), name: &name, part: Part::of(sub) };
                 patch(api, r, at, headers, &body, &mut check).await
             }
-            _ => match DeleteOptions::of(&body, &mut check) {
+            _ => match delete_options(headers, &body, query, &mut check) {
                 Ok(opts) => delete(api, r, namespace.as_deref(), &name, check.dry_run, &opts).await,
                 Err(s) => Err(s),
             },
@@ -669,7 +670,7 @@ async fn update(
     update_object(api, r, at, v, check.dry_run).await
 }
 
-/// How often a patch is applied again when the object changed under it.
+/// How often a patch (or a delete) is made again when the object changed under it.
 const PATCH_ATTEMPTS: usize = 5;
 
 /// PATCH: the patch applied to the current object, written as an update of the version it was
@@ -818,7 +819,7 @@ async fn update_from(
         if v == old_v {
             return Ok((StatusCode::OK, shown(r, &old)?));
         }
-        return write_over(api, r, k, name, v, old.rev, dry_run).await;
+        return write_or_remove(api, r, k, name, v, &old, dry_run).await;
     }
     // What the server owns: the uid (taken when not given, refused when changed), the creation
     // and deletion timestamps, and what the strategy keeps.
@@ -874,6 +875,7 @@ async fn update_from(
         Strategy::Namespace | Strategy::Plain | Strategy::EventV1 => {}
     }
     generation(r, &old_v, &mut v);
+    errors.extend(crate::deletion::finalizer_errors(&old_v, &v));
     errors.extend(meta::name_errors(r.names, &v));
     errors.extend(validate(r, &v));
     if !errors.is_empty() {
@@ -882,6 +884,9 @@ async fn update_from(
     if stored_bytes(r, v.clone()) == old.value {
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
+    }
+    if crate::deletion::done(r, &v) {
+        return write_or_remove(api, r, k, name, v, &old, dry_run).await;
     }
     if r.strategy == Strategy::Service && !dry_run {
         // What the service needs now and did not hold is taken first; what it no longer holds
@@ -924,6 +929,27 @@ fn generation(r: &Resource, old: &Value, v: &mut Value) {
     };
 }
 
+/// An update of `old` to `v`: written, or, when it leaves an object being deleted without
+/// finalizers, the object removed (kube's delete during update; the answer is the object as it
+/// was last stored).
+async fn write_or_remove(
+    api: &Api,
+    r: &Resource,
+    k: &str,
+    name: &str,
+    v: Value,
+    old: &Stored,
+    dry_run: bool,
+) -> Answer {
+    if !crate::deletion::done(r, &v) {
+        return write_over(api, r, k, name, v, old.rev, dry_run).await;
+    }
+    if !dry_run {
+        remove(api, r, k, name, Some(old.rev)).await?;
+    }
+    Ok((StatusCode::OK, shown(r, old)?))
+}
+
 /// Writes `v` over the object at `k` as it was at `rev`, and answers it; a dry run answers what
 /// would be written.
 async fn write_over(api: &Api, r: &Resource, k: &str, name: &str, v: Value, rev: i64, dry_run: bool) -> Answer {
@@ -938,58 +964,69 @@ async fn write_over(api: &Api, r: &Resource, k: &str, name: &str, v: Value, rev:
     Ok((StatusCode::OK, shown(r, &Stored { value, rev })?))
 }
 
-/// What a DELETE's body (`DeleteOptions`) asks: a dry run (into the request's `Check`) and
-/// preconditions on the object's uid and resourceVersion.
-#[derive(Debug, Default)]
-struct DeleteOptions {
-    uid: Option<String>,
-    resource_version: Option<String>,
+/// A DELETE's options: its body (`DeleteOptions`, JSON or kube's protobuf) and query; a dry run
+/// goes into the request's `Check`.
+fn delete_options(
+    headers: &HeaderMap,
+    body: &Bytes,
+    query: &Query,
+    check: &mut Check,
+) -> Result<DeleteOptions, Status> {
+    let v: Option<Value> = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+        Some(match ct.split(';').next().unwrap_or("").trim() {
+            crate::proto::MEDIA_TYPE => crate::proto::decode_as("meta.k8s.io/v1", "DeleteOptions", body)?,
+            _ => serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?,
+        })
+    };
+    let dry_run = v.as_ref().and_then(|v| v.get("dryRun")).and_then(Value::as_array).cloned().unwrap_or_default();
+    for d in dry_run {
+        match d.as_str() {
+            Some("All") => check.dry_run = true,
+            other => {
+                let e = FieldError::not_supported("dryRun", other.unwrap_or(""), &["All"]);
+                return Err(status::invalid(GroupKind { group: "meta.k8s.io", kind: "DeleteOptions" }, "", &[e]));
+            }
+        }
+    }
+    DeleteOptions::of(v.as_ref(), query)
 }
 
-impl DeleteOptions {
-    fn of(body: &Bytes, check: &mut Check) -> Result<DeleteOptions, Status> {
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(DeleteOptions::default());
+/// kube's precondition check of a delete against the object as stored at `rev`.
+fn preconditions(opts: &DeleteOptions, r: &Resource, name: &str, obj: &Value, rev: i64) -> Result<(), Status> {
+    let failed = |what: &str, want: &str, have: &str| {
+        let why = format!("Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}");
+        Err(status::conflict(r.gr(), name, &why))
+    };
+    if let Some(uid) = &opts.uid {
+        if uid != meta::get(obj, "uid") {
+            return failed("UID", uid, meta::get(obj, "uid"));
         }
-        let v: Value = serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?;
-        for d in v.get("dryRun").and_then(Value::as_array).into_iter().flatten() {
-            match d.as_str() {
-                Some("All") => check.dry_run = true,
-                other => {
-                    let e = FieldError::new(
-                        FieldErrorType::NotSupported,
-                        "dryRun",
-                        Some(Value::String(other.unwrap_or("").into())),
-                        "supported values: \"All\"",
-                    );
-                    return Err(status::invalid(GroupKind { group: "meta.k8s.io", kind: "DeleteOptions" }, "", &[e]));
-                }
-            }
-        }
-        let pre = |f: &str| v.pointer(&format!("/preconditions/{f}")).and_then(Value::as_str).map(str::to_string);
-        Ok(DeleteOptions { uid: pre("uid"), resource_version: pre("resourceVersion") })
     }
-
-    /// kube's precondition check against the object as stored at `rev`.
-    fn check(&self, r: &Resource, name: &str, obj: &Value, rev: i64) -> Result<(), Status> {
-        let failed = |what: &str, want: &str, have: &str| {
-            let why = format!("Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}");
-            Err(status::conflict(r.gr(), name, &why))
-        };
-        if let Some(uid) = &self.uid {
-            if uid != meta::get(obj, "uid") {
-                return failed("UID", uid, meta::get(obj, "uid"));
-            }
+    if let Some(rv) = &opts.resource_version {
+        if *rv != rev.to_string() {
+            return failed("ResourceVersion", rv, &rev.to_string());
         }
-        if let Some(rv) = &self.resource_version {
-            if *rv != rev.to_string() {
-                return failed("ResourceVersion", rv, &rev.to_string());
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }
 
+/// Removes the object at `k` (at revision `at`, if given) and gives back what it held; what was
+/// removed.
+async fn remove(api: &Api, r: &Resource, k: &str, name: &str, at: Option<i64>) -> Result<Stored, Status> {
+    let gone = api.storage.delete(k, at).await.map_err(|e| storage_error(r, name, e))?;
+    if r.strategy == Strategy::Service {
+        let v: Value = serde_json::from_slice(&gone.value).unwrap_or_default();
+        crate::services::release(api, &api.ranges, crate::services::held(&v)).await;
+    }
+    Ok(gone)
+}
+
+/// DELETE: the object removed, or marked and kept (graceful deletion, finalizers); done again
+/// on the newer version when the object changed meanwhile, unless the client's preconditions
+/// named the version.
 async fn delete(
     api: &Api,
     r: &Resource,
@@ -998,11 +1035,25 @@ async fn delete(
     dry_run: bool,
     opts: &DeleteOptions,
 ) -> Answer {
+    let pinned = opts.uid.is_some() || opts.resource_version.is_some();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match delete_once(api, r, (namespace, name), dry_run, opts).await {
+            Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
+            done => return done,
+        }
+    }
+}
+
+/// One try of a DELETE of the object `at` (namespace, name).
+async fn delete_once(api: &Api, r: &Resource, at: (Option<&str>, &str), dry_run: bool, opts: &DeleteOptions) -> Answer {
+    let (namespace, name) = at;
     let k = key(api, r, namespace, name);
     // The object as it is, for preconditions (and the namespace's own path below).
     let current = read(api, r, &k, name).await?;
-    let mut v = parsed(&current)?;
-    opts.check(r, name, &v, current.rev)?;
+    let mut v = parsed_as(r, &current)?;
+    preconditions(opts, r, name, &v, current.rev)?;
     // A namespace with finalizers is marked Terminating and kept until they are gone (the
     // namespace controller's work).
     let finalizers = v.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
@@ -1015,17 +1066,17 @@ async fn delete(
         v["status"] = serde_json::json!({"phase": "Terminating"});
         return write_over(api, r, &k, name, v, current.rev, dry_run).await;
     }
+    // A graceful deletion, or finalizers, keep the object (marked) for now.
+    match crate::deletion::plan(r, &v, opts) {
+        Plan::Pending => return Ok((StatusCode::OK, shown(r, &current)?)),
+        Plan::Keep(marked) => return write_over(api, r, &k, name, marked, current.rev, dry_run).await,
+        Plan::Remove => {}
+    }
     let gone = if dry_run {
         current
     } else {
-        // With preconditions, at the version they were checked against.
-        let at = (opts.uid.is_some() || opts.resource_version.is_some()).then_some(current.rev);
-        let gone = api.storage.delete(&k, at).await.map_err(|e| storage_error(r, name, e))?;
-        if r.strategy == Strategy::Service {
-            let v: Value = serde_json::from_slice(&gone.value).unwrap_or_default();
-            crate::services::release(api, &api.ranges, crate::services::held(&v)).await;
-        }
-        gone
+        // At the version the plan (and any preconditions) were made against.
+        remove(api, r, &k, name, Some(current.rev)).await?
     };
     match r.deleted {
         Deleted::Object => Ok((StatusCode::OK, shown(r, &gone)?)),
@@ -1128,12 +1179,19 @@ fn list_options(query: &Query) -> Result<(), Status> {
 
 /// DELETE of a collection: what a LIST with the same options finds, deleted one by one (an
 /// object gone meanwhile is skipped); the answer is that list, as kube's `DeleteCollection`.
-async fn delete_collection(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query, dry_run: bool) -> Answer {
+async fn delete_collection(
+    api: &Api,
+    r: &Resource,
+    namespace: Option<&str>,
+    query: &Query,
+    dry_run: bool,
+    opts: &DeleteOptions,
+) -> Answer {
     let (code, mut listed) = list(api, r, namespace, query).await?;
     let mut deleted = Vec::new();
     for item in listed["items"].as_array().cloned().unwrap_or_default() {
         let ns = Some(meta::get(&item, "namespace")).filter(|n| !n.is_empty());
-        match delete(api, r, ns, meta::get(&item, "name"), dry_run, &DeleteOptions::default()).await {
+        match delete(api, r, ns, meta::get(&item, "name"), dry_run, opts).await {
             Ok(_) => deleted.push(item),
             Err(s) if s.code == 404 => {}
             Err(s) => return Err(s),

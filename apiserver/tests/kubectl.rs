@@ -478,8 +478,6 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
     ns["spec"]["finalizers"] = serde_json::json!([]);
     let finalized = k.file("team-finalized.json", ns);
     k.ok(&["replace", "--raw", "/api/v1/namespaces/team/finalize", "-f", &finalized]).await;
-    assert_eq!(k.ok(&["get", "ns", "team", "-o", "jsonpath={.status.phase} {.spec.finalizers}"]).await, "Terminating ");
-    k.ok(&["delete", "ns", "team", "--wait=false"]).await;
     assert_eq!(k.fails(&["get", "ns", "team"]).await, "Error from server (NotFound): namespaces \"team\" not found\n");
 
     workloads(&k).await;
@@ -604,6 +602,45 @@ async fn workloads(k: &Kubectl) {
         "role.rbac.authorization.k8s.io/reader created\n"
     );
     assert_eq!(k.ok(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]).await, r#"["get","list"]"#);
+
+    // Deletion: a foreground delete leaves the object marked with the collector's finalizer
+    // until it is removed; then the object goes.
+    k.ok(&["delete", "deploy", "gen", "--cascade=foreground", "--wait=false"]).await;
+    let marked = k
+        .ok(&["get", "deploy", "gen", "-o", "jsonpath={.metadata.finalizers} {.metadata.deletionGracePeriodSeconds}"])
+        .await;
+    assert_eq!(marked, r#"["foregroundDeletion"] 0"#);
+    k.ok(&["patch", "deploy", "gen", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]).await;
+    assert!(k.fails(&["get", "deploy", "gen"]).await.contains("NotFound"));
+    // Any finalizer keeps an object; none may be added once it is being deleted.
+    let kept = k.file("kept.json", serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept", "finalizers": ["example.com/keep"]}}));
+    k.ok(&["create", "-f", &kept]).await;
+    assert_eq!(k.ok(&["delete", "cm", "kept", "--wait=false"]).await, "configmap \"kept\" deleted\n");
+    assert!(!k.ok(&["get", "cm", "kept", "-o", "jsonpath={.metadata.deletionTimestamp}"]).await.is_empty());
+    let added = k
+        .fails(&[
+            "patch",
+            "cm",
+            "kept",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/metadata/finalizers/-","value":"example.com/more"}]"#,
+        ])
+        .await;
+    assert!(added.contains("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/more\"}"), "{added}");
+    k.ok(&["patch", "cm", "kept", "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]).await;
+    assert!(k.fails(&["get", "cm", "kept"]).await.contains("NotFound"));
+    // A pod on a node is deleted gracefully: Terminating until its kubelet (or a forced delete)
+    // removes it.
+    let bound = k.file("bound.json", serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound"}, "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "nginx:1.27"}]}}));
+    k.ok(&["create", "-f", &bound]).await;
+    k.ok(&["delete", "pod", "bound", "--wait=false"]).await;
+    let terminating = k.ok(&["get", "pod", "bound", "--no-headers"]).await;
+    assert_eq!(terminating.split_whitespace().nth(2), Some("Terminating"), "{terminating}");
+    assert_eq!(k.ok(&["get", "pod", "bound", "-o", "jsonpath={.metadata.deletionGracePeriodSeconds}"]).await, "30");
+    let forced = k.run(&["delete", "pod", "bound", "--grace-period=0", "--force"]).await;
+    assert!(forced.ok && forced.stdout == "pod \"bound\" force deleted\n", "{}{}", forced.stdout, forced.stderr);
+    assert!(k.fails(&["get", "pod", "bound"]).await.contains("NotFound"));
 
     // kubectl get all: the category lists every workload kind served.
     let all = k.ok(&["get", "all", "-o", "name"]).await;

@@ -15,6 +15,7 @@ pub mod patch;
 pub mod pods;
 pub mod printers;
 pub mod proto;
+pub mod rbac;
 pub mod reads;
 pub mod resources;
 pub mod rest;

@@ -30,6 +30,7 @@ pub fn name_problems(names: Names, name: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let (max, ok, msg) = match names {
         Names::Label => (DNS1123_LABEL_MAX, is_label(name), DNS1123_LABEL_MSG),
+        Names::PathSegment => return path_segment_problems(name),
         Names::Dns1035 => {
             (DNS1123_LABEL_MAX, is_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase()), DNS1035_LABEL_MSG)
         }
@@ -42,6 +43,15 @@ pub fn name_problems(names: Names, name: &str) -> Vec<String> {
         problems.push(msg.to_string());
     }
     problems
+}
+
+/// kube's `IsValidPathSegmentName` (RBAC objects' names and role references): the messages of
+/// what is wrong with `name`.
+pub fn path_segment_problems(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"].iter().filter(|c| name.contains(**c)).map(|c| format!("may not contain '{c}'")).collect()
 }
 
 /// `metadata` of an object (created empty if missing or not an object).

@@ -55,6 +55,11 @@ pub enum Strategy {
     Service,
     /// `events.k8s.io/v1` Events, stored as core Events (`crate::events`).
     EventV1,
+    /// RBAC roles (`crate::rbac`): their rules validated; `true` for a namespaced Role.
+    Role(bool),
+    /// RBAC bindings (`crate::rbac`): the role reference and subjects validated, the reference
+    /// immutable; `true` for a namespaced RoleBinding.
+    Binding(bool),
 }
 
 /// When kube bumps `metadata.generation` (set to 1 on create).
@@ -70,12 +75,14 @@ pub enum Generation {
 }
 
 /// Which names a resource accepts (kube's `NameIsDNSSubdomain`, `NameIsDNSLabel`,
-/// `NameIsDNS1035Label`).
+/// `NameIsDNS1035Label`, `ValidatePathSegmentName`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Names {
     Subdomain,
     Label,
     Dns1035,
+    /// Any name that is a URL path segment (RBAC's `ValidateRBACName`: `system:...` names).
+    PathSegment,
 }
 
 /// One served resource.
@@ -369,10 +376,16 @@ pub static RESOURCES: &[Resource] = &[
         new_status: Some("{}"),
     ),
     // rbac.authorization.k8s.io/v1
-    resource!(ClusterRole, "clusterrole", fields: CLUSTER_FIELDS),
-    resource!(ClusterRoleBinding, "clusterrolebinding", fields: CLUSTER_FIELDS),
-    resource!(Role, "role"),
-    resource!(RoleBinding, "rolebinding"),
+    resource!(ClusterRole, "clusterrole", fields: CLUSTER_FIELDS, names: Names::PathSegment, strategy: Strategy::Role(false)),
+    resource!(
+        ClusterRoleBinding,
+        "clusterrolebinding",
+        fields: CLUSTER_FIELDS,
+        names: Names::PathSegment,
+        strategy: Strategy::Binding(false),
+    ),
+    resource!(Role, "role", names: Names::PathSegment, strategy: Strategy::Role(true)),
+    resource!(RoleBinding, "rolebinding", names: Names::PathSegment, strategy: Strategy::Binding(true)),
     // scheduling.k8s.io/v1
     resource!(PriorityClass, "priorityclass", fields: CLUSTER_FIELDS, short_names: &["pc"]),
     // storage.k8s.io/v1

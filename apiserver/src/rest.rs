@@ -519,7 +519,7 @@ async fn check_namespace(api: &Api, r: &Resource, namespace: Option<&str>, name:
 /// Defaults a new object as `r`'s strategy does.
 fn prepare_create(r: &Resource, v: &mut Value) {
     match r.strategy {
-        Strategy::Plain | Strategy::EventV1 => {}
+        Strategy::Plain | Strategy::EventV1 | Strategy::Role(_) | Strategy::Binding(_) => {}
         Strategy::Namespace => {
             let name = meta::get(v, "name").to_string();
             let labels = meta::metadata(v).entry("labels").or_insert_with(|| Value::Object(Map::new()));
@@ -557,6 +557,8 @@ fn validate(r: &Resource, v: &Value) -> Vec<FieldError> {
         Strategy::Pod => crate::pods::validate(v),
         Strategy::Workload(w) => crate::workloads::validate(w, v),
         Strategy::Service => crate::services::validate(v),
+        Strategy::Role(namespaced) => crate::rbac::rule_errors(v, namespaced),
+        Strategy::Binding(namespaced) => crate::rbac::binding_errors(v, namespaced),
         _ => Vec::new(),
     }
 }
@@ -872,7 +874,8 @@ async fn update_from(
             crate::services::keep_allocated(&old_v, &mut v);
             errors.extend(crate::services::update_errors(&old_v, &v));
         }
-        Strategy::Namespace | Strategy::Plain | Strategy::EventV1 => {}
+        Strategy::Binding(_) => errors.extend(crate::rbac::binding_update_errors(&old_v, &v)),
+        Strategy::Namespace | Strategy::Plain | Strategy::EventV1 | Strategy::Role(_) => {}
     }
     generation(r, &old_v, &mut v);
     errors.extend(crate::deletion::finalizer_errors(&old_v, &v));

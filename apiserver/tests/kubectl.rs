@@ -602,6 +602,21 @@ async fn workloads(k: &Kubectl) {
         "role.rbac.authorization.k8s.io/reader created\n"
     );
     assert_eq!(k.ok(&["get", "role", "reader", "-o", "jsonpath={.rules[0].verbs}"]).await, r#"["get","list"]"#);
+    // RBAC objects: names may hold colons; rules and bindings are validated as kube does.
+    assert_eq!(
+        k.ok(&["create", "clusterrole", "system:probe", "--verb=get", "--non-resource-url=/healthz"]).await,
+        "clusterrole.rbac.authorization.k8s.io/system:probe created\n"
+    );
+    assert_eq!(
+        k.ok(&["create", "rolebinding", "read-jane", "--role=reader", "--user=jane"]).await,
+        "rolebinding.rbac.authorization.k8s.io/read-jane created\n"
+    );
+    let moved =
+        k.fails(&["patch", "rolebinding", "read-jane", "--type=merge", "-p", r#"{"roleRef":{"name":"writer"}}"#]).await;
+    assert!(moved.contains("roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"Role\", Name:\"writer\"}: cannot change roleRef"), "{moved}");
+    let urls = k.file("role-urls.json", serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "urls"}, "rules": [{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}]}));
+    let refused = k.fails(&["create", "-f", &urls]).await;
+    assert!(refused.contains("The Role \"urls\" is invalid: rules[0].nonResourceURLs: Invalid value: []string{\"/healthz\"}: namespaced rules cannot apply to non-resource URLs"), "{refused}");
 
     // Deletion: a foreground delete leaves the object marked with the collector's finalizer
     // until it is removed; then the object goes.

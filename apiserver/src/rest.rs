@@ -1318,9 +1318,35 @@ pub async fn ensure_namespace(api: &Api, name: &str) -> Result<(), Status> {
 /// Creates `object` of core/v1 `plural` (in `namespace`) unless one of its name exists: what
 /// kube-apiserver makes at start.
 pub async fn ensure(api: &Api, plural: &str, namespace: Option<&str>, object: Value) -> Result<(), Status> {
+    keep(api, plural, namespace, object, false).await
+}
+
+/// Creates `object` of core/v1 `plural` (in `namespace`), or makes the one there hold its fields
+/// (all but metadata): what kube-apiserver's reconcilers keep (the `kubernetes` service and its
+/// endpoints, which follow the serving address and port).
+pub async fn reconcile(api: &Api, plural: &str, namespace: Option<&str>, object: Value) -> Result<(), Status> {
+    keep(api, plural, namespace, object, true).await
+}
+
+async fn keep(api: &Api, plural: &str, namespace: Option<&str>, object: Value, update: bool) -> Result<(), Status> {
     let r = crate::resources::find("", "v1", plural).expect("a served resource");
-    if read(api, r, &key(api, r, namespace, meta::get(&object, "name")), "").await.is_ok() {
-        return Ok(());
+    let name = meta::get(&object, "name").to_string();
+    if let Ok(current) = read(api, r, &key(api, r, namespace, &name), &name).await {
+        if !update {
+            return Ok(());
+        }
+        let mut v = shown(r, &current)?;
+        if let (Value::Object(o), Value::Object(want)) = (&mut v, &object) {
+            o.extend(
+                want.iter()
+                    .filter(|(k, _)| *k != "metadata" && *k != "kind" && *k != "apiVersion")
+                    .map(|(k, x)| (k.clone(), x.clone())),
+            );
+        }
+        let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
+        let v = typed(r, v, &mut check)?;
+        let at = Named { namespace, name: &name, part: Part::Main };
+        return update_object(api, r, at, v, false).await.map(|_| ());
     }
     let body = Bytes::from(serde_json::to_vec(&object).expect("a body"));
     let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };

@@ -377,10 +377,15 @@ pub async fn start(flags: &Flags) -> Result<Running> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    // The `kubernetes` service, which holds the range's first address.
+    // The `kubernetes` service, which holds the range's first address, and its endpoints: this
+    // apiserver's address and port.
     let kubernetes = crate::services::kubernetes_service(&api.ranges, addr.port());
-    if let Err(s) = crate::rest::ensure(&api, "services", Some("default"), kubernetes).await {
-        bail!("creating the kubernetes service: {}", s.message);
+    if let Err(s) = crate::rest::reconcile(&api, "services", Some("default"), kubernetes).await {
+        bail!("keeping the kubernetes service: {}", s.message);
+    }
+    let endpoints = crate::services::kubernetes_endpoints(&host, addr.port());
+    if let Err(s) = crate::rest::reconcile(&api, "endpoints", Some("default"), endpoints).await {
+        bail!("keeping the kubernetes service's endpoints: {}", s.message);
     }
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");

@@ -580,9 +580,29 @@ pub fn kubernetes_service(ranges: &Ranges, secure_port: u16) -> Value {
         "spec": {
             "ports": [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": secure_port}],
             "clusterIP": ip,
+            "clusterIPs": [ip],
             "type": "ClusterIP",
             "sessionAffinity": "None",
         },
+    })
+}
+
+/// The `kubernetes` service's Endpoints: the apiserver's address and secure port, as kube's
+/// endpoint reconciler writes them (not mirrored into an EndpointSlice by the mirroring
+/// controller).
+pub fn kubernetes_endpoints(address: &str, secure_port: u16) -> Value {
+    json!({
+        "kind": "Endpoints",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"},
+        },
+        "subsets": [{
+            "addresses": [{"ip": address}],
+            "ports": [{"name": "https", "port": secure_port, "protocol": "TCP"}],
+        }],
     })
 }
 

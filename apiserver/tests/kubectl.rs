@@ -668,6 +668,21 @@ async fn workloads(k: &Kubectl) {
 /// kube's allocation errors, and what a deleted service held given back.
 async fn services(k: &Kubectl) {
     assert_eq!(k.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]).await, "10.0.0.1");
+    // Its endpoints are this apiserver: the address and port kubectl reaches it at.
+    let port = k.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.ports[0].targetPort}"]).await;
+    let config = std::fs::read_to_string(&k.kubeconfig).unwrap();
+    assert!(config.contains(&format!("server: https://127.0.0.1:{port}\n")), "{port}: {config}");
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "endpoints",
+            "kubernetes",
+            "-o",
+            "jsonpath={.subsets[0].addresses[0].ip} {.subsets[0].ports[0].name} {.subsets[0].ports[0].port}"
+        ])
+        .await,
+        format!("127.0.0.1 https {port}")
+    );
     let svc = |name: &str, spec: serde_json::Value| serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec});
     let web = k.file(
         "svc-web.json",

@@ -141,13 +141,6 @@ fn set_meta(v: &mut Value, field: &str, x: Value) {
     meta::metadata(v).insert(field.into(), x);
 }
 
-/// A timestamp `secs` from now, as kube writes one.
-fn after(secs: i64) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let ts = k8s_openapi::jiff::Timestamp::from_second(now + secs).expect("a timestamp");
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
 /// What deleting `v` (an object of `r`) with `opts` does (`rest.BeforeDelete` and the store's
 /// `Delete`).
 pub fn plan(r: &Resource, v: &Value, opts: &Options) -> Plan {
@@ -163,7 +156,7 @@ pub fn plan(r: &Resource, v: &Value, opts: &Options) -> Plan {
                     if p == 0 {
                         return Plan::Remove;
                     }
-                    set_meta(&mut out, "deletionTimestamp", json!(after(p)));
+                    set_meta(&mut out, "deletionTimestamp", json!(meta::after(p)));
                     set_meta(&mut out, "deletionGracePeriodSeconds", json!(p));
                     return Plan::Keep(out);
                 }
@@ -185,7 +178,7 @@ pub fn plan(r: &Resource, v: &Value, opts: &Options) -> Plan {
             }
             if period > 0 {
                 graceful = true;
-                set_meta(&mut out, "deletionTimestamp", json!(after(period)));
+                set_meta(&mut out, "deletionTimestamp", json!(meta::after(period)));
                 set_meta(&mut out, "deletionGracePeriodSeconds", json!(period));
             }
         }
@@ -235,14 +228,12 @@ pub fn finalizer_errors(old: &Value, new: &Value) -> Vec<FieldError> {
     if added.is_empty() {
         return Vec::new();
     }
-    let go = added.iter().map(|f| status::go_quote(f)).collect::<Vec<_>>().join(", ");
+    let go = status::go_strings(added.iter().map(String::as_str));
     vec![FieldError::new(
         FieldErrorType::Forbidden,
         "metadata.finalizers",
         None,
-        &format!(
-            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{go}}}"
-        ),
+        &format!("no new finalizers can be added if the object is being deleted, found new finalizers {go}"),
     )]
 }
 

@@ -111,8 +111,13 @@ pub fn name_errors(names: Names, obj: &Value) -> Vec<FieldError> {
 
 /// The current time as kube writes a `metav1.Time` (RFC 3339, whole seconds, UTC).
 pub fn now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let ts = k8s_openapi::jiff::Timestamp::from_second(secs as i64).expect("the current time is a timestamp");
+    after(0)
+}
+
+/// The time `secs` seconds from now, written as `now` writes it.
+pub fn after(secs: i64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let ts = k8s_openapi::jiff::Timestamp::from_second(now + secs).expect("a time near now is a timestamp");
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

@@ -22,7 +22,9 @@ pub const SELECTABLE: &[&str] = &[
     "status.nominatedNodeName",
 ];
 
-fn set_default(o: &mut Map<String, Value>, field: &str, value: Value) {
+/// Sets `field` of `o` to `value` where it is missing, null or empty (kube's defaulting of an
+/// unset field).
+pub(crate) fn set_default(o: &mut Map<String, Value>, field: &str, value: Value) {
     if o.get(field).is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
         o.insert(field.into(), value);
     }

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::status::{go_quote, FieldError, FieldErrorType};
+use crate::status::{go_quote, go_strings, FieldError, FieldErrorType};
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -15,11 +15,6 @@ fn list<'a>(v: &'a Value, field: &str) -> Vec<&'a str> {
 
 fn text<'a>(v: &'a Value, field: &str) -> &'a str {
     v.get(field).and_then(Value::as_str).unwrap_or("")
-}
-
-/// Go's `%#v` of a `[]string`.
-fn go_strings(items: &[&str]) -> String {
-    format!("[]string{{{}}}", items.iter().map(|s| go_quote(s)).collect::<Vec<_>>().join(", "))
 }
 
 /// kube's `ValidatePolicyRule` of each rule of a Role (`namespaced`) or ClusterRole.
@@ -41,7 +36,7 @@ pub fn rule_errors(v: &Value, namespaced: bool) -> Vec<FieldError> {
                 errors.push(FieldError::verbatim(
                     FieldErrorType::Invalid,
                     &at("nonResourceURLs"),
-                    go_strings(&urls),
+                    go_strings(urls.iter().copied()),
                     "namespaced rules cannot apply to non-resource URLs",
                 ));
             }
@@ -49,7 +44,7 @@ pub fn rule_errors(v: &Value, namespaced: bool) -> Vec<FieldError> {
                 errors.push(FieldError::verbatim(
                     FieldErrorType::Invalid,
                     &at("nonResourceURLs"),
-                    go_strings(&urls),
+                    go_strings(urls.iter().copied()),
                     "rules cannot apply to both regular resources and non-resource URLs",
                 ));
             }

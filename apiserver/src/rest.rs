@@ -229,16 +229,19 @@ fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
 /// Decodes a request body into an object of `r`: JSON or kube's protobuf (kube also takes YAML;
 /// keel does not yet), its `apiVersion`/`kind`, when given, those of the endpoint.
 fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Result<Value, Status> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    let media = ct.split(';').next().unwrap_or("").trim();
-    let v = match media {
-        "application/json" | "*/*" | "" => {
-            serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?
-        }
-        crate::proto::MEDIA_TYPE => crate::proto::decode(r, body)?,
-        _ => return Err(unsupported_media()),
-    };
+    let v = body_value(headers, body, &r.api_version(), r.kind)?;
     typed(r, v, check)
+}
+
+/// A request body as JSON, from JSON or from kube's protobuf (then of `kind` of `api_version`
+/// unless its envelope says otherwise); kube's 415 for another media type.
+fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) -> Result<Value, Status> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    match ct.split(';').next().unwrap_or("").trim() {
+        "application/json" | "*/*" | "" => serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string())),
+        crate::proto::MEDIA_TYPE => crate::proto::decode_as(api_version, kind, body),
+        _ => Err(unsupported_media()),
+    }
 }
 
 /// kube's 415 for a body in a format it does not decode.
@@ -722,16 +725,7 @@ async fn scale(
         let now = crate::workloads::scale_of(w, &current);
         let wanted = match verb {
             "get" => return Ok((StatusCode::OK, now)),
-            "update" => {
-                let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-                match ct.split(';').next().unwrap_or("").trim() {
-                    "application/json" | "*/*" | "" => {
-                        serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?
-                    }
-                    crate::proto::MEDIA_TYPE => crate::proto::decode_as("autoscaling/v1", "Scale", body)?,
-                    _ => return Err(unsupported_media()),
-                }
-            }
+            "update" => body_value(headers, body, "autoscaling/v1", "Scale")?,
             _ => {
                 let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
                 crate::patch::apply(crate::patch::kind_of(ct)?, &now, body)?

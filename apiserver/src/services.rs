@@ -10,9 +10,10 @@
 
 use std::net::Ipv4Addr;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::meta;
+use crate::pods::set_default;
 use crate::rest::Api;
 use crate::status::{FieldError, FieldErrorType};
 use crate::storage::{keys, StorageError};
@@ -71,12 +72,6 @@ impl Ranges {
 
     fn port_range(&self) -> String {
         format!("{}-{}", self.ports.0, self.ports.1)
-    }
-}
-
-fn set_default(o: &mut Map<String, Value>, field: &str, value: Value) {
-    if o.get(field).is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
-        o.insert(field.into(), value);
     }
 }
 
@@ -246,15 +241,7 @@ pub fn update_errors(old: &Value, new: &Value) -> Vec<FieldError> {
     let (was, is) = (spec_str(old, "clusterIP"), spec_str(new, "clusterIP"));
     if needs_ip(old) && needs_ip(new) && was != is {
         let ips = new.pointer("/spec/clusterIPs").cloned().unwrap_or(json!([]));
-        let go = format!(
-            "[]string{{{}}}",
-            ips.as_array()
-                .into_iter()
-                .flatten()
-                .map(|i| crate::status::go_quote(i.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let go = go_value(&ips);
         return vec![FieldError::verbatim(
             FieldErrorType::Invalid,
             "spec.clusterIPs[0]",
@@ -304,12 +291,10 @@ fn failed(field: &str, value: Value, why: &str) -> FieldError {
     FieldError::verbatim(FieldErrorType::Invalid, field, go_value(&value), why)
 }
 
+/// Go's `%#v` of a value kube's allocation errors show: a `[]string`, a string, a number.
 fn go_value(v: &Value) -> String {
     match v {
-        Value::Array(a) => format!(
-            "[]string{{{}}}",
-            a.iter().map(|i| crate::status::go_quote(i.as_str().unwrap_or(""))).collect::<Vec<_>>().join(", ")
-        ),
+        Value::Array(a) => crate::status::go_strings(a.iter().map(|i| i.as_str().unwrap_or(""))),
         Value::String(s) => crate::status::go_quote(s),
         other => other.to_string(),
     }

@@ -378,6 +378,11 @@ pub fn invalid(gk: GroupKind<'_>, name: &str, errors: &[FieldError]) -> Status {
     Status::failure(422, "Invalid", format!("{gk} {} is invalid: {all}", go_quote(name)), Some(details))
 }
 
+/// Go's `%#v` of a `[]string` holding `items`.
+pub fn go_strings<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    format!("[]string{{{}}}", items.into_iter().map(go_quote).collect::<Vec<_>>().join(", "))
+}
+
 /// Go's `%q` of a string: double quotes, with `"`, `\` and control characters escaped.
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

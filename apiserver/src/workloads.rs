@@ -6,6 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::pods::set_default;
 use crate::status::{FieldError, FieldErrorType};
 
 /// The workload kinds.
@@ -37,12 +38,6 @@ impl Workload {
             CronJob => "spec.jobTemplate.spec.template",
             _ => "spec.template",
         }
-    }
-}
-
-fn set_default(o: &mut Map<String, Value>, field: &str, value: Value) {
-    if o.get(field).is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
-        o.insert(field.into(), value);
     }
 }
 
@@ -119,10 +114,7 @@ pub fn defaults(w: Workload, v: &mut Value) {
                 if spec.get("selector").is_none_or(|s| !is_nonempty(s)) {
                     spec.insert("selector".into(), labels.clone());
                 }
-                let meta = object_at(v, &["metadata"]);
-                if meta.get("labels").is_none_or(|l| !is_nonempty(l)) {
-                    meta.insert("labels".into(), labels);
-                }
+                labels_unless_labelled(v, labels);
             }
         }
         Job => {
@@ -143,10 +135,7 @@ pub fn defaults(w: Workload, v: &mut Value) {
             let labels =
                 spec.get("template").and_then(|t| t.pointer("/metadata/labels")).filter(|l| is_nonempty(l)).cloned();
             if let Some(labels) = labels {
-                let meta = object_at(v, &["metadata"]);
-                if meta.get("labels").is_none_or(|l| !is_nonempty(l)) {
-                    meta.insert("labels".into(), labels);
-                }
+                labels_unless_labelled(v, labels);
             }
         }
         CronJob => {
@@ -185,6 +174,11 @@ pub fn job_selector(v: &mut Value) {
         object_at(v, &["spec"])
             .insert("selector".into(), json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}));
     }
+    labels_unless_labelled(v, labels);
+}
+
+/// `v` takes `labels` if it has none (a workload takes its template's).
+fn labels_unless_labelled(v: &mut Value, labels: Value) {
     let meta = object_at(v, &["metadata"]);
     if meta.get("labels").is_none_or(|l| !is_nonempty(l)) {
         meta.insert("labels".into(), labels);
@@ -217,13 +211,7 @@ fn go_selector(s: &Value) -> String {
                     let text = |f: &str| crate::status::go_quote(e.get(f).and_then(Value::as_str).unwrap_or(""));
                     let values = match e.get("values").and_then(Value::as_array).filter(|v| !v.is_empty()) {
                         None => "[]string(nil)".to_string(),
-                        Some(vs) => format!(
-                            "[]string{{{}}}",
-                            vs.iter()
-                                .map(|v| crate::status::go_quote(v.as_str().unwrap_or("")))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
+                        Some(vs) => crate::status::go_strings(vs.iter().map(|v| v.as_str().unwrap_or(""))),
                     };
                     format!(
                         "v1.LabelSelectorRequirement{{Key:{}, Operator:{}, Values:{values}}}",

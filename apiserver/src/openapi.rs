@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use sha2::Digest as _;
 
 use crate::discovery;
+use crate::proto::Node;
 use crate::resources::{self, Resource};
 
 /// The path of a group-version's document under `/openapi/v3/`.
@@ -129,6 +130,25 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
     }
     let mut schemas: Map<String, Value> =
         generator.take_definitions(true).into_iter().collect::<serde_json::Map<String, Value>>();
+    // kube's merge markers on each field that has them (kubectl's apply reads the patch ones).
+    for (name, schema) in schemas.iter_mut() {
+        for (field, m) in Node::named(name).marked_fields() {
+            let Some(Value::Object(p)) = schema.pointer_mut(&format!("/properties/{field}")) else { continue };
+            for (key, value) in [
+                ("x-kubernetes-list-type", m.list_type),
+                ("x-kubernetes-map-type", m.map_type),
+                ("x-kubernetes-patch-merge-key", m.merge_key),
+                ("x-kubernetes-patch-strategy", m.strategy),
+            ] {
+                if !value.is_empty() {
+                    p.insert(key.into(), value.into());
+                }
+            }
+            if !m.map_keys.is_empty() {
+                p.insert("x-kubernetes-list-map-keys".into(), json!(m.map_keys));
+            }
+        }
+    }
     // Each kind's schema names its group, version and kind (an array, as kube writes it there).
     for (r, _) in kinds {
         let name = format!(
@@ -183,7 +203,18 @@ mod tests {
         let cm = &doc["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"];
         assert_eq!(cm["x-kubernetes-group-version-kind"], json!([{"group": "", "kind": "ConfigMap", "version": "v1"}]));
         assert!(cm["properties"]["data"]["description"].as_str().unwrap().starts_with("Data contains"));
-        assert!(doc["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].is_object());
+        let meta = &doc["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"];
+        let owners = &meta["properties"]["ownerReferences"];
+        assert_eq!(owners["x-kubernetes-patch-merge-key"], "uid");
+        assert_eq!(owners["x-kubernetes-patch-strategy"], "merge");
+        assert_eq!(owners["x-kubernetes-list-type"], "map");
+        assert_eq!(owners["x-kubernetes-list-map-keys"], json!(["uid"]));
+        assert_eq!(meta["properties"]["finalizers"]["x-kubernetes-list-type"], "set");
+        let ports = &doc["components"]["schemas"]["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"];
+        assert_eq!(ports["x-kubernetes-list-map-keys"], json!(["port", "protocol"]));
+        assert_eq!(ports["x-kubernetes-patch-merge-key"], "port");
+        let selector = &doc["components"]["schemas"]["io.k8s.api.core.v1.ServiceSpec"]["properties"]["selector"];
+        assert_eq!(selector["x-kubernetes-map-type"], "atomic");
         let text = serde_json::to_string(&doc).unwrap();
         assert!(!text.contains("#/$defs") && !text.contains("#/definitions"), "refs point into components");
         let index = index();

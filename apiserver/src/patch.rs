@@ -1,12 +1,16 @@
 //! PATCH bodies: JSON patch (RFC 6902, the `json-patch` crate), JSON merge patch (RFC 7386, the
 //! same crate) and kube's strategic merge patch, written here: no Rust crate implements it. A
 //! strategic patch merges maps as a merge patch does, and merges lists as each field's patch
-//! strategy says (kube's `patchStrategy`/`patchMergeKey` tags, kept per field path in
-//! [`strategy`]); its directives `$patch` (replace, delete, merge), `$deleteFromPrimitiveList/`,
-//! `$setElementOrder/` and `$retainKeys` are honoured.
+//! strategy says: kube's `patchStrategy`/`patchMergeKey` struct tags of each field of the
+//! built-in types, which the generated type table carries ([`Markers`]) and walks ([`Node`]); its
+//! directives `$patch` (replace, delete, merge), `$deleteFromPrimitiveList/`, `$setElementOrder/`
+//! and `$retainKeys` are honoured.
 
 use serde_json::{Map, Value};
 
+#[cfg(doc)]
+use crate::proto::Markers;
+use crate::proto::{Child, Node};
 use crate::status::{self, Status};
 
 /// The patch types kube serves (server-side apply is issue 12's).
@@ -34,7 +38,7 @@ pub fn kind_of(content_type: &str) -> Result<Kind, Status> {
 
 /// How a list field merges in a strategic patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListStrategy {
+enum ListStrategy {
     /// The patch's list replaces the object's (no patch strategy).
     Replace,
     /// A list of scalars: the patch's values are added to the object's (`patchStrategy:"merge"`).
@@ -43,48 +47,23 @@ pub enum ListStrategy {
     MergeKey(&'static str),
 }
 
-/// The patch strategy of the list at `path` (field names joined by `.`, list positions left
-/// out), from kube's struct tags for the types served.
-pub fn strategy(path: &str) -> ListStrategy {
-    // A pod's spec, or a pod template's (`spec.template.spec` of the workloads).
-    if let Some(pod) = path.strip_prefix("spec.template.spec.").or_else(|| path.strip_prefix("spec.")) {
-        let container = pod
-            .strip_prefix("containers.")
-            .or_else(|| pod.strip_prefix("initContainers."))
-            .or_else(|| pod.strip_prefix("ephemeralContainers."));
-        let key = match container {
-            Some("ports") => Some("containerPort"),
-            Some("env") => Some("name"),
-            Some("volumeMounts") => Some("mountPath"),
-            Some("volumeDevices") => Some("devicePath"),
-            Some(_) => None,
-            None => match pod {
-                "containers"
-                | "initContainers"
-                | "ephemeralContainers"
-                | "volumes"
-                | "imagePullSecrets"
-                | "schedulingGates"
-                | "resourceClaims" => Some("name"),
-                "hostAliases" => Some("ip"),
-                _ => None,
-            },
-        };
-        if let Some(k) = key {
-            return ListStrategy::MergeKey(k);
+/// The strategy of a list field, from its markers (kube's struct tags).
+fn list_strategy(field: Child) -> ListStrategy {
+    match field.markers {
+        Some(m) if m.strategy.split(',').any(|s| s == "merge") => {
+            if m.merge_key.is_empty() {
+                ListStrategy::Union
+            } else {
+                ListStrategy::MergeKey(m.merge_key)
+            }
         }
-    }
-    match path {
-        "metadata.ownerReferences" => ListStrategy::MergeKey("uid"),
-        "metadata.finalizers" => ListStrategy::Union,
-        "status.conditions" => ListStrategy::MergeKey("type"),
-        "status.podIPs" | "status.hostIPs" => ListStrategy::MergeKey("ip"),
         _ => ListStrategy::Replace,
     }
 }
 
-/// `patch` (a body of `kind`) applied to `current`.
-pub fn apply(kind: Kind, current: &Value, patch: &[u8]) -> Result<Value, Status> {
+/// `patch` (a body of `kind`) applied to `current`, an object of the type rooted at `root` (whose
+/// fields' markers say how a strategic patch merges them).
+pub fn apply(kind: Kind, root: Node, current: &Value, patch: &[u8]) -> Result<Value, Status> {
     let mut out = current.clone();
     match kind {
         Kind::Json => {
@@ -103,7 +82,7 @@ pub fn apply(kind: Kind, current: &Value, patch: &[u8]) -> Result<Value, Status>
             let Value::Object(p) = p else {
                 return Err(status::bad_request("a strategic merge patch must be a JSON object"));
             };
-            out = merge_map(current.as_object().cloned().unwrap_or_default(), p, "")
+            out = merge_map(current.as_object().cloned().unwrap_or_default(), p, root)
                 .map(Value::Object)
                 .unwrap_or(Value::Null);
         }
@@ -121,16 +100,8 @@ fn invalid_patch(why: String) -> Status {
     Status::failure(422, "Invalid", "the server rejected our request due to an error in our request", Some(details))
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-/// Merges patch map `p` into `target` at `path`; `None` when the patch deletes the map.
-fn merge_map(mut target: Map<String, Value>, mut p: Map<String, Value>, path: &str) -> Option<Map<String, Value>> {
+/// Merges patch map `p` into `target`, an object at `node`; `None` when the patch deletes it.
+fn merge_map(mut target: Map<String, Value>, mut p: Map<String, Value>, node: Node) -> Option<Map<String, Value>> {
     match p.remove("$patch").as_ref().and_then(Value::as_str) {
         Some("delete") => return None,
         Some("replace") => {
@@ -152,16 +123,17 @@ fn merge_map(mut target: Map<String, Value>, mut p: Map<String, Value>, path: &s
             orders.push((field.to_string(), v));
             continue;
         }
-        let here = join(path, &k);
+        let field = node.child(&k);
+        let replace = field.markers.is_some_and(|m| m.strategy == "replace");
         match (v, target.remove(&k)) {
             (Value::Null, _) => {}
-            (Value::Object(pm), Some(Value::Object(tm))) => {
-                if let Some(m) = merge_map(tm, pm, &here) {
+            (Value::Object(pm), Some(Value::Object(tm))) if !replace => {
+                if let Some(m) = merge_map(tm, pm, field.node) {
                     target.insert(k, Value::Object(m));
                 }
             }
             (Value::Object(pm), _) => {
-                if let Some(m) = merge_map(Map::new(), pm, &here) {
+                if let Some(m) = merge_map(Map::new(), pm, field.node) {
                     target.insert(k, Value::Object(m));
                 }
             }
@@ -170,7 +142,7 @@ fn merge_map(mut target: Map<String, Value>, mut p: Map<String, Value>, path: &s
                     Some(Value::Array(l)) => l,
                     _ => Vec::new(),
                 };
-                target.insert(k, Value::Array(merge_list(old, pl, &here)));
+                target.insert(k, Value::Array(merge_list(old, pl, field)));
             }
             (v, _) => {
                 target.insert(k, v);
@@ -179,7 +151,7 @@ fn merge_map(mut target: Map<String, Value>, mut p: Map<String, Value>, path: &s
     }
     for (field, order) in orders {
         if let (Some(Value::Array(list)), Value::Array(order)) = (target.get_mut(&field), order) {
-            reorder(list, &order, strategy(&join(path, &field)));
+            reorder(list, &order, list_strategy(node.child(&field)));
         }
     }
     if let Some(Value::Array(keep)) = retain {
@@ -188,8 +160,10 @@ fn merge_map(mut target: Map<String, Value>, mut p: Map<String, Value>, path: &s
     Some(target)
 }
 
-fn merge_list(mut target: Vec<Value>, patch: Vec<Value>, path: &str) -> Vec<Value> {
-    match strategy(path) {
+/// Merges the patch's list into the object's list `field`.
+fn merge_list(mut target: Vec<Value>, patch: Vec<Value>, field: Child) -> Vec<Value> {
+    let items = field.node;
+    match list_strategy(field) {
         ListStrategy::Replace => patch.into_iter().filter(|v| !is_directive(v)).collect(),
         ListStrategy::Union => {
             for v in patch {
@@ -222,12 +196,12 @@ fn merge_list(mut target: Vec<Value>, patch: Vec<Value>, path: &str) -> Vec<Valu
                             let Value::Object(tm) = target.remove(i) else {
                                 unreachable!("merge-key items are objects")
                             };
-                            if let Some(m) = merge_map(tm, pm, path) {
+                            if let Some(m) = merge_map(tm, pm, items) {
                                 target.insert(i, Value::Object(m));
                             }
                         }
                         None => {
-                            if let Some(m) = merge_map(Map::new(), pm, path) {
+                            if let Some(m) = merge_map(Map::new(), pm, items) {
                                 target.push(Value::Object(m));
                             }
                         }
@@ -263,7 +237,8 @@ mod tests {
     use super::*;
 
     fn smp(current: Value, patch: Value) -> Value {
-        apply(Kind::Strategic, &current, &serde_json::to_vec(&patch).unwrap()).unwrap()
+        let root = Node::of("v1", "ConfigMap");
+        apply(Kind::Strategic, root, &current, &serde_json::to_vec(&patch).unwrap()).unwrap()
     }
 
     #[test]
@@ -296,15 +271,52 @@ mod tests {
         assert_eq!(out["metadata"], json!({"name": "a"}));
     }
 
+    /// Lists deep in a type merge by their fields' tags: containers by name, their env by name
+    /// and ports by containerPort, volumes by name; a list with no strategy is replaced.
+    #[test]
+    fn strategic_patches_follow_each_fields_tags() {
+        let d = json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}],
+                "ports": [{"containerPort": 80}]}, {"name": "b", "image": "b:1"}],
+            "tolerations": [{"key": "k1"}],
+            "volumes": [{"name": "v", "emptyDir": {}}]}}},
+            "status": {"conditions": [{"type": "Available", "status": "True"}]}});
+        let patch = json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "a", "env": [{"name": "Y", "value": "2"}], "ports": [{"containerPort": 81}]}],
+            "tolerations": [{"key": "k2"}],
+            "volumes": [{"name": "w", "configMap": {"name": "c"}}]}}},
+            "status": {"conditions": [{"type": "Progressing", "status": "True"}]}});
+        let root = Node::of("apps/v1", "Deployment");
+        let out = apply(Kind::Strategic, root, &d, &serde_json::to_vec(&patch).unwrap()).unwrap();
+        let pod = &out["spec"]["template"]["spec"];
+        assert_eq!(pod["containers"][0]["image"], "a:1");
+        assert_eq!(pod["containers"][0]["env"], json!([{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]));
+        assert_eq!(pod["containers"][0]["ports"], json!([{"containerPort": 80}, {"containerPort": 81}]));
+        assert_eq!(pod["containers"][1]["name"], "b");
+        assert_eq!(pod["tolerations"], json!([{"key": "k2"}]));
+        assert_eq!(pod["volumes"].as_array().unwrap().len(), 2);
+        assert_eq!(out["status"]["conditions"].as_array().unwrap().len(), 2);
+        // A ConfigMap has no such fields: the same lists are replaced.
+        let cm = apply(Kind::Strategic, Node::of("v1", "ConfigMap"), &d, &serde_json::to_vec(&patch).unwrap()).unwrap();
+        assert_eq!(cm["spec"]["template"]["spec"]["containers"].as_array().unwrap().len(), 1);
+    }
+
     #[test]
     fn json_and_merge_patches_are_the_rfcs() {
         let cm = json!({"data": {"k": "v"}});
-        let out =
-            apply(Kind::Json, &cm, br#"[{"op":"add","path":"/data/n","value":"m"},{"op":"remove","path":"/data/k"}]"#)
-                .unwrap();
+        let out = apply(
+            Kind::Json,
+            Node::Other,
+            &cm,
+            br#"[{"op":"add","path":"/data/n","value":"m"},{"op":"remove","path":"/data/k"}]"#,
+        )
+        .unwrap();
         assert_eq!(out, json!({"data": {"n": "m"}}));
-        assert_eq!(apply(Kind::Json, &cm, br#"[{"op":"test","path":"/data/k","value":"x"}]"#).unwrap_err().code, 422);
-        let out = apply(Kind::Merge, &cm, br#"{"data":{"k":null,"a":"b"}}"#).unwrap();
+        assert_eq!(
+            apply(Kind::Json, Node::Other, &cm, br#"[{"op":"test","path":"/data/k","value":"x"}]"#).unwrap_err().code,
+            422
+        );
+        let out = apply(Kind::Merge, Node::Other, &cm, br#"{"data":{"k":null,"a":"b"}}"#).unwrap();
         assert_eq!(out, json!({"data": {"a": "b"}}));
         assert_eq!(kind_of("application/apply-patch+yaml").unwrap_err().code, 415);
     }

@@ -35,6 +35,11 @@
 //!
 //! int32 and int64 are JSON numbers, bytes base64 strings (as Go's `[]byte`), maps objects.
 //! Answers stay JSON: clients that send protobuf also accept JSON.
+//!
+//! **The types' shape.** The same table, walked by JSON name ([`Node`]), tells the rest of the
+//! server where a value sits in a built-in type and the merge markers of its field ([`Markers`]:
+//! `patchStrategy`, `patchMergeKey`, `+listType`, `+listMapKey`, `+mapType`), which strategic
+//! merge patches follow and the OpenAPI documents publish.
 
 use base64::Engine as _;
 use prost::Message as _;
@@ -126,6 +131,32 @@ const fn f(tag: u8, json: &'static str, ty: Ty, card: Card) -> Field {
 
 const fn m(package: u8, name: &'static str, shape: Shape, fields: &'static [Field]) -> Message {
     Message { package, name, shape, fields }
+}
+
+/// kube's merge markers of a field, from its Go struct tags and comment markers: how strategic
+/// merge patches merge it, and the OpenAPI extensions that tell clients so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Markers {
+    /// `patchStrategy`: `merge`, `replace`, `retainKeys`, `merge,retainKeys`, or empty.
+    pub strategy: &'static str,
+    /// `patchMergeKey`.
+    pub merge_key: &'static str,
+    /// `+listType`: `atomic`, `set`, `map`, or empty.
+    pub list_type: &'static str,
+    /// `+listMapKey`s.
+    pub map_keys: &'static [&'static str],
+    /// `+mapType`: `atomic`, `granular`, or empty.
+    pub map_type: &'static str,
+}
+
+const fn k(
+    strategy: &'static str,
+    merge_key: &'static str,
+    list_type: &'static str,
+    map_keys: &'static [&'static str],
+    map_type: &'static str,
+) -> Markers {
+    Markers { strategy, merge_key, list_type, map_keys, map_type }
 }
 
 /// Kinds every group version also has, from `meta.k8s.io/v1` (kube's `AddToGroupVersion`):
@@ -555,3 +586,105 @@ fn go_duration(d: i64) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Where a JSON value sits in a built-in type, for what needs the type's shape beyond the wire
+/// (strategic merge patches, the OpenAPI documents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    /// An object of a message's fields.
+    Object(u16),
+    /// A map whose values are objects of a message's fields.
+    MapOf(u16),
+    /// A scalar, a type with its own JSON, or a value of no known type.
+    Other,
+}
+
+/// A field of an object: the node of its value (of each item, for a list) and its markers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Child {
+    pub node: Node,
+    pub markers: Option<&'static Markers>,
+}
+
+impl Node {
+    /// The root of an object of `kind` in `api_version`.
+    pub fn of(api_version: &str, kind: &str) -> Node {
+        lookup(api_version, kind).map_or(Node::Other, Node::object)
+    }
+
+    /// The object of the message OpenAPI calls `definition` (`io.k8s.api.core.v1.PodSpec`).
+    pub fn named(definition: &str) -> Node {
+        let Some(full) = definition.strip_prefix("io.k8s.") else { return Node::Other };
+        let Some((package, name)) = full.rsplit_once('.') else { return Node::Other };
+        let package = format!("k8s.io.{}", package.replace('-', "_"));
+        let Ok(p) = table::PACKAGES.binary_search(&package.as_str()) else { return Node::Other };
+        let found = table::MESSAGES.binary_search_by(|m| (usize::from(m.package), m.name).cmp(&(p, name)));
+        found.map_or(Node::Other, |i| Node::object(i as u16))
+    }
+
+    fn object(i: u16) -> Node {
+        if table::MESSAGES[usize::from(i)].shape == Shape::Object {
+            Node::Object(i)
+        } else {
+            Node::Other
+        }
+    }
+
+    /// The member `key` of a value at this node.
+    pub fn child(self, key: &str) -> Child {
+        match self {
+            Node::Object(i) => field_of(i, key, 0).unwrap_or(Child { node: Node::Other, markers: None }),
+            Node::MapOf(i) => Child { node: Node::object(i), markers: None },
+            Node::Other => Child { node: Node::Other, markers: None },
+        }
+    }
+
+    /// The fields of an object that carry markers, by JSON name.
+    pub fn marked_fields(self) -> Vec<(&'static str, &'static Markers)> {
+        let Node::Object(i) = self else { return Vec::new() };
+        let mut out = Vec::new();
+        marked(i, &mut out, 0);
+        out
+    }
+}
+
+fn markers(message: u16, tag: u8) -> Option<&'static Markers> {
+    let at = table::MARKERS.binary_search_by(|(m, t, _)| (*m, *t).cmp(&(message, tag))).ok()?;
+    Some(&table::MARKERS[at].2)
+}
+
+/// Finds field `key` of message `i`, or of a message inlined into it.
+fn field_of(i: u16, key: &str, depth: usize) -> Option<Child> {
+    for f in table::MESSAGES[usize::from(i)].fields {
+        match (f.card, f.ty) {
+            (Card::I, Ty::Msg(j)) if depth < MAX_DEPTH => {
+                if let Some(c) = field_of(j, key, depth + 1) {
+                    return Some(c);
+                }
+            }
+            _ if f.json == key => {
+                let node = match (f.card, f.ty) {
+                    (Card::K, Ty::Msg(j)) if table::MESSAGES[usize::from(j)].shape == Shape::Object => Node::MapOf(j),
+                    (_, Ty::Msg(j)) => Node::object(j),
+                    _ => Node::Other,
+                };
+                return Some(Child { node, markers: markers(i, f.tag) });
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn marked(i: u16, out: &mut Vec<(&'static str, &'static Markers)>, depth: usize) {
+    for f in table::MESSAGES[usize::from(i)].fields {
+        match (f.card, f.ty) {
+            (Card::I, Ty::Msg(j)) if depth < MAX_DEPTH => marked(j, out, depth + 1),
+            _ => {
+                if let Some(m) = markers(i, f.tag) {
+                    out.push((f.json, m));
+                }
+            }
+        }
+    }
+}

@@ -685,12 +685,13 @@ async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body
     let Named { namespace, name, .. } = at;
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = crate::patch::kind_of(ct)?;
+    let root = crate::proto::Node::of(&r.api_version(), r.kind);
     let k = key(api, r, namespace, name);
     let mut attempt = 0;
     loop {
         attempt += 1;
         let old = read(api, r, &k, name).await?;
-        let patched = crate::patch::apply(kind, &shown(r, &old)?, body)?;
+        let patched = crate::patch::apply(kind, root, &shown(r, &old)?, body)?;
         let pinned = meta::get(&patched, "resourceVersion") != old.rev.to_string();
         check.warnings.clear();
         let mut v = typed(r, patched, check)?;
@@ -728,7 +729,8 @@ async fn scale(
             "update" => body_value(headers, body, "autoscaling/v1", "Scale")?,
             _ => {
                 let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-                crate::patch::apply(crate::patch::kind_of(ct)?, &now, body)?
+                let root = crate::proto::Node::of("autoscaling/v1", "Scale");
+                crate::patch::apply(crate::patch::kind_of(ct)?, root, &now, body)?
             }
         };
         let given = |f: &str| wanted.get(f).and_then(Value::as_str).unwrap_or("").to_string();

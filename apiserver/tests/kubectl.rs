@@ -540,6 +540,17 @@ async fn workloads(k: &Kubectl) {
     k.ok(&["annotate", "deploy", "web", "note=x"]).await;
     assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation}"]).await, "3");
 
+    // A second apply patches by the merge keys the OpenAPI documents give kubectl: the container
+    // is matched by name, so what another writer added to it (an env var) stays.
+    k.ok(&["set", "env", "deploy/web", "MODE=blue"]).await;
+    std::fs::write(path, yaml.replace("nginx:1.27", "nginx:1.28")).unwrap();
+    assert_eq!(k.ok(&["apply", "-f", path]).await, "deployment.apps/web configured\n");
+    let container = "jsonpath={.spec.template.spec.containers[*].image} {.spec.template.spec.containers[0].env}";
+    assert_eq!(
+        k.ok(&["get", "deploy", "web", "-o", container]).await,
+        r#"nginx:1.28 [{"name":"MODE","value":"blue"}]"#
+    );
+
     // Validation as kube words it.
     let immutable = k
         .fails(&[

@@ -828,6 +828,7 @@ fn table_matches_k8s_pb() {
         table::MESSAGES.windows(2).all(|w| (w[0].package, w[0].name) < (w[1].package, w[1].name)),
         "MESSAGES sorted"
     );
+    assert!(table::MARKERS.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)), "MARKERS sorted");
     // k8s-pb's names are prost's UpperCamelCase of the proto's (`JsonSchemaProps`).
     let by_name: HashMap<String, &Message> = table::MESSAGES.iter().map(|m| (full(m).to_lowercase(), m)).collect();
     assert_eq!(by_name.len(), table::MESSAGES.len(), "names that differ only in case");

@@ -168,45 +168,64 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
         "Error from server (NotFound): configmaps \"nope\" not found\n"
     );
 
-    // kubectl get -w: the objects there, then each change, as it happens.
-    let mut watch = tokio::process::Command::new(KUBECTL)
-        .arg("--kubeconfig")
-        .arg(&k.kubeconfig)
-        .arg("--cache-dir")
-        .arg(&k.cache)
-        .args([
-            "get",
-            "cm",
-            "-w",
-            "--output-watch-events",
-            "-o",
-            "jsonpath={.type} {.object.metadata.name} {.object.data.color}{\"\\n\"}",
-        ])
-        .env("HOME", &k.cache)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kubectl runs");
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
-    macro_rules! next {
-        () => {
-            tokio::time::timeout(DEADLINE, lines.next_line())
-                .await
-                .expect("a watch event in time")
-                .unwrap()
-                .expect("the watch goes on")
-        };
+    // kubectl get -w: the objects there, then each change, as it happens; once over HTTP/1.1
+    // (Go's HTTP/2 turned off: chunked newline-delimited events) and once over HTTP/2 (Go's
+    // default with a server offering `h2`; its frame log shows the stream the events came on).
+    for (round, godebug, before, after) in
+        [(1, "http2client=0", "red", "green"), (2, "http2debug=2", "green", "blue")]
+    {
+        let mut watch = tokio::process::Command::new(KUBECTL)
+            .arg("--kubeconfig")
+            .arg(&k.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&k.cache)
+            .args([
+                "get",
+                "cm",
+                "-w",
+                "--output-watch-events",
+                "-o",
+                "jsonpath={.type} {.object.metadata.name} {.object.data.color}{\"\\n\"}",
+            ])
+            .env("HOME", &k.cache)
+            .env("GODEBUG", godebug)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl runs");
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+        let stderr = watch.stderr.take().unwrap();
+        let frames = tokio::spawn(async move {
+            let mut log = String::new();
+            let _ = tokio::io::AsyncReadExt::read_to_string(&mut tokio::io::BufReader::new(stderr), &mut log).await;
+            log
+        });
+        macro_rules! next {
+            () => {
+                tokio::time::timeout(DEADLINE, lines.next_line())
+                    .await
+                    .expect("a watch event in time")
+                    .unwrap()
+                    .expect("the watch goes on")
+            };
+        }
+        assert_eq!(next!(), format!("ADDED app-config {before}"));
+        let changed = k.file(&format!("{after}.json"), cm(after, None));
+        k.ok(&["replace", "--validate=false", "-f", &changed]).await;
+        assert_eq!(next!(), format!("MODIFIED app-config {after}"));
+        let name = format!("other{round}");
+        let other = k.file(&format!("{name}.json"), serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"color": "grey"}}));
+        k.ok(&["create", "--validate=false", "-f", &other]).await;
+        assert_eq!(next!(), format!("ADDED {name} grey"));
+        k.ok(&["delete", "cm", &name]).await;
+        assert_eq!(next!(), format!("DELETED {name} grey"));
+        watch.kill().await.unwrap();
+        let log = frames.await.unwrap();
+        // Go logs each HTTP/2 frame it reads; the watch's events came in DATA frames.
+        let h2 = log.contains("http2: Framer") && log.contains("read DATA");
+        assert_eq!(h2, round == 2, "round {round} over HTTP/2: {h2}\n{log}");
     }
-    assert_eq!(next!(), "ADDED app-config red");
-    let green = k.file("green.json", cm("green", None));
-    k.ok(&["replace", "--validate=false", "-f", &green]).await;
-    assert_eq!(next!(), "MODIFIED app-config green");
-    let other = k.file("other.json", serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}, "data": {"color": "grey"}}));
-    k.ok(&["create", "--validate=false", "-f", &other]).await;
-    assert_eq!(next!(), "ADDED other grey");
-    k.ok(&["delete", "cm", "other"]).await;
-    assert_eq!(next!(), "DELETED other grey");
-    drop(watch);
 
     // Pods: kube's defaults and status, its columns, field selectors, and what an update may change.
     assert_eq!(k.ok(&["run", "web", "--image=nginx", "--labels=app=web"]).await, "pod/web created\n");

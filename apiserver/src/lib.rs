@@ -26,5 +26,6 @@ pub mod services;
 pub mod status;
 pub mod storage;
 pub mod table;
+pub mod validation;
 pub mod watch;
 pub mod workloads;

@@ -1259,7 +1259,7 @@ enum QuantityFormat {
 /// canonical form: the value rounded up to nanounits, in its suffix family, with the largest
 /// exponent that keeps an integer mantissa (`1.5Gi` is `1536Mi`, `2000` is `2k`, `0.1` is `100m`).
 /// `None` if kube would not parse it, or for values past what this arithmetic holds.
-fn quantity(text: &str) -> Option<String> {
+pub(crate) fn quantity(text: &str) -> Option<String> {
     use QuantityFormat::*;
     let s = text.trim();
     if s == "0" {

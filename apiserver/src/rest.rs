@@ -522,7 +522,8 @@ async fn check_namespace(api: &Api, r: &Resource, namespace: Option<&str>, name:
 /// Defaults a new object as `r`'s strategy does.
 fn prepare_create(r: &Resource, v: &mut Value) {
     match r.strategy {
-        Strategy::Plain | Strategy::EventV1 | Strategy::Role(_) | Strategy::Binding(_) => {}
+        Strategy::Plain => crate::validation::defaults(r.group, r.kind, v),
+        Strategy::EventV1 | Strategy::Role(_) | Strategy::Binding(_) => {}
         Strategy::Namespace => {
             let name = meta::get(v, "name").to_string();
             let labels = meta::metadata(v).entry("labels").or_insert_with(|| Value::Object(Map::new()));
@@ -562,7 +563,8 @@ fn validate(r: &Resource, v: &Value) -> Vec<FieldError> {
         Strategy::Service => crate::services::validate(v),
         Strategy::Role(namespaced) => crate::rbac::rule_errors(v, namespaced),
         Strategy::Binding(namespaced) => crate::rbac::binding_errors(v, namespaced),
-        _ => Vec::new(),
+        Strategy::Plain | Strategy::EventV1 => crate::validation::errors(r.group, r.kind, v),
+        Strategy::Namespace | Strategy::Secret => Vec::new(),
     }
 }
 
@@ -632,6 +634,7 @@ async fn create(
     }
     prepare_create(r, &mut v);
     let mut errors = meta::name_errors(r.names, &v);
+    errors.extend(crate::validation::metadata_errors(&v));
     errors.extend(validate(r, &v));
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), &name, &errors));
@@ -871,11 +874,16 @@ async fn update_from(
             errors.extend(crate::services::update_errors(&old_v, &v));
         }
         Strategy::Binding(_) => errors.extend(crate::rbac::binding_update_errors(&old_v, &v)),
-        Strategy::Namespace | Strategy::Plain | Strategy::EventV1 | Strategy::Role(_) => {}
+        Strategy::Plain | Strategy::EventV1 => {
+            crate::validation::defaults(r.group, r.kind, &mut v);
+            errors.extend(crate::validation::update_errors(r.group, r.kind, &old_v, &v))
+        }
+        Strategy::Namespace | Strategy::Role(_) => {}
     }
     generation(r, &old_v, &mut v);
     errors.extend(crate::deletion::finalizer_errors(&old_v, &v));
     errors.extend(meta::name_errors(r.names, &v));
+    errors.extend(crate::validation::metadata_errors(&v));
     errors.extend(validate(r, &v));
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), name, &errors));

@@ -38,19 +38,32 @@ async fn events_expire_after_the_event_ttl() {
         "eventTime": "2026-12-07T04:00:00.000000Z",
         "reportingComponent": "kubelet",
         "reportingInstance": "node-1",
+        "action": "Starting",
     }))
     .unwrap();
     events.create(&PostParams::default(), &event).await.unwrap();
     let cm = serde_json::from_value::<ConfigMap>(serde_json::json!({"metadata": {"name": "stays"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
-    // The same event through events.k8s.io/v1, updated there: the core API sees the change, and
-    // it still expires.
+    // The same event through events.k8s.io/v1, where only its series may change (kube's
+    // messages name the core fields): the core API sees the change, and it still expires.
     let mut seen = new_events.get("e1").await.unwrap();
     assert_eq!(seen.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("p"));
     assert_eq!((seen.note.as_deref(), seen.reporting_controller.as_deref()), (Some("started"), Some("kubelet")));
-    seen.note = Some("updated".into());
+    let mut renamed = seen.clone();
+    renamed.note = Some("updated".into());
+    match new_events.replace("e1", &PostParams::default(), &renamed).await {
+        Err(kube::Error::Api(s)) => assert_eq!(
+            s.message,
+            "Event.events.k8s.io \"e1\" is invalid: message: Invalid value: \"updated\": field is immutable"
+        ),
+        other => panic!("a note changed through events.k8s.io/v1: {other:?}"),
+    }
+    seen.series = Some(
+        serde_json::from_value(serde_json::json!({"count": 2, "lastObservedTime": "2026-12-07T04:00:05.000000Z"}))
+            .unwrap(),
+    );
     new_events.replace("e1", &PostParams::default(), &seen).await.unwrap();
-    assert_eq!(events.get("e1").await.unwrap().message.as_deref(), Some("updated"));
+    assert_eq!(events.get("e1").await.unwrap().series.and_then(|s| s.count), Some(2));
 
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {

@@ -171,8 +171,7 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
     // kubectl get -w: the objects there, then each change, as it happens; once over HTTP/1.1
     // (Go's HTTP/2 turned off: chunked newline-delimited events) and once over HTTP/2 (Go's
     // default with a server offering `h2`; its frame log shows the stream the events came on).
-    for (round, godebug, before, after) in
-        [(1, "http2client=0", "red", "green"), (2, "http2debug=2", "green", "blue")]
+    for (round, godebug, before, after) in [(1, "http2client=0", "red", "green"), (2, "http2debug=2", "green", "blue")]
     {
         let mut watch = tokio::process::Command::new(KUBECTL)
             .arg("--kubeconfig")
@@ -501,6 +500,7 @@ async fn scenario(running: &Running, dir: &Path, progress_trusted: bool) {
 
     workloads(&k).await;
     services(&k).await;
+    validation(&k).await;
 
     // A client without the admin certificate gets nowhere.
     let config = std::fs::read_to_string(&running.kubeconfig).unwrap();
@@ -696,6 +696,44 @@ async fn workloads(k: &Kubectl) {
 /// Services: the `kubernetes` service on the range's first address, cluster IPs and node ports
 /// given without duplicates (held as IPAddress objects and kube's node port bitmap in the store),
 /// kube's allocation errors, and what a deleted service held given back.
+/// The kinds validated by `keel_apiserver::validation`, and every object's labels, refused as
+/// kube refuses them; a StorageClass defaulted as kube defaults it.
+async fn validation(k: &Kubectl) {
+    let pvc = k.file(
+        "pvc.json",
+        serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"]}}),
+    );
+    assert_eq!(
+        k.fails(&["create", "-f", &pvc]).await,
+        format!("The PersistentVolumeClaim \"data\" is invalid: spec.resources[storage]: Required value\n")
+    );
+    let labelled = k.file(
+        "labelled.json",
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "labelled", "labels": {"tier": "-front"}}}),
+    );
+    let refused = k.fails(&["create", "-f", &labelled]).await;
+    assert!(
+        refused.starts_with("The ConfigMap \"labelled\" is invalid: metadata.labels: Invalid value: \"-front\": a valid label must be an empty string"),
+        "{refused}"
+    );
+    let class = k.file(
+        "class.json",
+        serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"}, "provisioner": "example.com/disk"}),
+    );
+    k.ok(&["create", "-f", &class]).await;
+    assert_eq!(
+        k.ok(&["get", "storageclass", "fast", "-o", "jsonpath={.reclaimPolicy} {.volumeBindingMode}"]).await,
+        "Delete Immediate"
+    );
+    let changed =
+        k.fails(&["patch", "storageclass", "fast", "--type=merge", "-p", r#"{"parameters":{"type":"ssd"}}"#]).await;
+    assert_eq!(
+        changed,
+        "The StorageClass \"fast\" is invalid: parameters: Forbidden: updates to parameters are forbidden.\n"
+    );
+}
+
 async fn services(k: &Kubectl) {
     assert_eq!(k.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]).await, "10.0.0.1");
     // Its endpoints are this apiserver: the address and port kubectl reaches it at.

@@ -222,7 +222,7 @@ pub fn decode_as(api_version: &str, kind: &str, body: &[u8]) -> Result<Value, St
     let api_version = if given_version.is_empty() { api_version } else { &given_version };
     let Some(i) = lookup(api_version, kind) else {
         // A type with no protobuf form: its body is of a media type this endpoint does not take.
-        let text = "the body of the request was in an unknown format - accepted media types include: application/json";
+        let text = "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml";
         return Err(Status::failure(415, "UnsupportedMediaType", text, None));
     };
     typed_object(api_version, kind, i, &raw, 0).map_err(|_| bad(kind))

@@ -239,6 +239,8 @@ fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) 
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     match ct.split(';').next().unwrap_or("").trim() {
         "application/json" | "*/*" | "" => serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string())),
+        "application/yaml" => serde_yaml_ng::from_slice(body)
+            .map_err(|e| status::bad_request(format!("error converting YAML to JSON: yaml: {e}"))),
         crate::proto::MEDIA_TYPE => crate::proto::decode_as(api_version, kind, body),
         _ => Err(unsupported_media()),
     }
@@ -246,7 +248,7 @@ fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) 
 
 /// kube's 415 for a body in a format it does not decode.
 fn unsupported_media() -> Status {
-    let message = "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf";
+    let message = "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf";
     Status::failure(415, "UnsupportedMediaType", message, None)
 }
 
@@ -982,11 +984,7 @@ fn delete_options(
     let v: Option<Value> = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-        Some(match ct.split(';').next().unwrap_or("").trim() {
-            crate::proto::MEDIA_TYPE => crate::proto::decode_as("meta.k8s.io/v1", "DeleteOptions", body)?,
-            _ => serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string()))?,
-        })
+        Some(body_value(headers, body, "meta.k8s.io/v1", "DeleteOptions")?)
     };
     let dry_run = v.as_ref().and_then(|v| v.get("dryRun")).and_then(Value::as_array).cloned().unwrap_or_default();
     for d in dry_run {

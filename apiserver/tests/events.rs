@@ -5,26 +5,16 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use keel_apiserver::run::{start, Flags};
 use kube::api::{Api, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+
+mod common;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_expire_after_the_event_ttl() {
     let dir = tempfile::tempdir().unwrap();
-    let flags = <Flags as clap::Parser>::parse_from([
-        "keel-apiserver".to_string(),
-        "--secure-port=0".into(),
-        "--bind-address=127.0.0.1".into(),
-        "--event-ttl=2s".into(),
-        format!("--data-dir={}", dir.path().display()),
-    ]);
-    let running = start(&flags).await.expect("keel-apiserver starts");
-    let kubeconfig = Kubeconfig::read_from(&running.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let (running, client) = common::apiserver(dir.path(), &["--event-ttl=2s".into()]).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let new_events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");

@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use keel_apiserver::run::{start, Flags};
 use keel_bench::server::{Cluster, Kind};
 use keel_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use keel_proto::etcdserverpb::StatusRequest;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use parking_lot::Mutex;
+
+mod common;
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -83,17 +83,7 @@ async fn kube_rs_lists_and_watches_through_a_store_leader_kill() {
     let first = leader(&endpoints).await;
     endpoints.swap(0, first);
     let dir = tempfile::tempdir().unwrap();
-    let flags = <Flags as clap::Parser>::parse_from([
-        "keel-apiserver".to_string(),
-        "--secure-port=0".into(),
-        "--bind-address=127.0.0.1".into(),
-        format!("--data-dir={}", dir.path().display()),
-        format!("--etcd-servers={}", endpoints.join(",")),
-    ]);
-    let running = start(&flags).await.expect("keel-apiserver starts");
-    let kubeconfig = Kubeconfig::read_from(&running.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let (running, client) = common::apiserver(dir.path(), &[format!("--etcd-servers={}", endpoints.join(","))]).await;
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
 
     // A reflector over a watcher, and every object its stream applies.

@@ -59,3 +59,17 @@ fn spawn(dir: &std::path::Path, client: &str, peer: &str) -> Child {
     }
     cmd.spawn().expect("etcd on PATH (scripts/deps.sh installs it)")
 }
+
+/// keel-apiserver started in this process on a free port over `dir` (with `extra` flags, e.g.
+/// `--etcd-servers`), and a kube-rs client of it through the kubeconfig it wrote.
+pub async fn apiserver(dir: &std::path::Path, extra: &[String]) -> (keel_apiserver::run::Running, kube::Client) {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let mut args = vec!["keel-apiserver".to_string(), "--secure-port=0".into(), "--bind-address=127.0.0.1".into()];
+    args.push(format!("--data-dir={}", dir.display()));
+    args.extend(extra.iter().cloned());
+    let flags = <keel_apiserver::run::Flags as clap::Parser>::parse_from(args);
+    let running = keel_apiserver::run::start(&flags).await.expect("keel-apiserver starts");
+    let kubeconfig = Kubeconfig::read_from(&running.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    (running, kube::Client::try_from(config).unwrap())
+}

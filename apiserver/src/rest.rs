@@ -226,14 +226,80 @@ fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
     keys::object(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced), name)
 }
 
-/// Decodes a request body into an object of `r`: JSON or kube's protobuf (kube also takes YAML;
-/// keel does not yet), its `apiVersion`/`kind`, when given, those of the endpoint.
+/// Decodes a request body into an object of `r`: JSON, YAML or kube's protobuf, its
+/// `apiVersion`/`kind`, when given, those of the endpoint; a JSON body's duplicate fields are
+/// reported with its unknown ones, in the order they come, as kube's strict decoding does.
 fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Result<Value, Status> {
     let v = body_value(headers, body, &r.api_version(), r.kind)?;
-    typed(r, v, check)
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let json = matches!(ct.split(';').next().unwrap_or("").trim(), "application/json" | "*/*" | "");
+    typed(r, v, if json { keys(body) } else { Vec::new() }, check)
 }
 
-/// A request body as JSON, from JSON or from kube's protobuf (then of `kind` of `api_version`
+/// Every key of a JSON body, in the order it comes, by path (`metadata.name`,
+/// `spec.containers[0].image`), and whether its object gave it already.
+fn keys(body: &[u8]) -> Vec<(String, bool)> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    struct Walk<'a> {
+        path: String,
+        out: &'a mut Vec<(String, bool)>,
+    }
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(k) = m.next_key::<String>()? {
+                let path = if self.path.is_empty() { k.clone() } else { format!("{}.{k}", self.path) };
+                self.out.push((path.clone(), !seen.insert(k)));
+                m.next_value_seed(Walk { path, out: &mut *self.out })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while s.next_element_seed(Walk { path: format!("{}[{i}]", self.path), out: &mut *self.out })?.is_some() {
+                i += 1;
+            }
+            Ok(())
+        }
+    }
+
+    let mut out = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    // A body that is not JSON has been refused already.
+    let _ = Walk { path: String::new(), out: &mut out }.deserialize(&mut de);
+    out
+}
+
+/// A request body as JSON, from JSON, YAML or kube's protobuf (then of `kind` of `api_version`
 /// unless its envelope says otherwise); kube's 415 for another media type.
 fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) -> Result<Value, Status> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
@@ -254,7 +320,7 @@ fn unsupported_media() -> Status {
 
 /// An object of `r`: its `apiVersion`/`kind`, when given, those of the endpoint; decoded into the
 /// resource's type and encoded back.
-fn typed(r: &Resource, v: Value, check: &mut Check) -> Result<Value, Status> {
+fn typed(r: &Resource, v: Value, keys: Vec<(String, bool)>, check: &mut Check) -> Result<Value, Status> {
     let Value::Object(m) = &v else {
         return Err(status::bad_request("Object 'Kind' is missing in the request body"));
     };
@@ -276,7 +342,7 @@ fn typed(r: &Resource, v: Value, check: &mut Check) -> Result<Value, Status> {
         (r.canonical)(v.clone()).map_err(|e| status::bad_request(format!("{} in body is invalid: {e}", r.kind)))?;
     let mut unknown = Vec::new();
     unknown_fields(&v, &typed, "", &mut unknown);
-    check.unknown(r, unknown)?;
+    check.strict(r, unknown, keys)?;
     Ok(typed)
 }
 
@@ -348,12 +414,29 @@ impl Check {
         Ok(Check { validation, dry_run, warnings: Vec::new() })
     }
 
-    /// Unknown fields: refused (Strict), warned of (Warn) or let through (Ignore).
-    fn unknown(&mut self, r: &Resource, fields: Vec<String>) -> Result<(), Status> {
-        if fields.is_empty() {
+    /// Unknown and duplicate fields: refused (Strict), warned of (Warn) or let through (Ignore).
+    /// `keys` are the body's, in order (none if it was not JSON): a key given twice is a
+    /// duplicate unless it is unknown, which is said once.
+    fn strict(&mut self, r: &Resource, unknown: Vec<String>, keys: Vec<(String, bool)>) -> Result<(), Status> {
+        let mut said = Vec::new();
+        let mut found = Vec::new();
+        for (path, repeated) in keys {
+            if unknown.contains(&path) {
+                if !said.contains(&path) {
+                    found.push(format!("unknown field {}", status::go_quote(&path)));
+                    said.push(path);
+                }
+            } else if repeated {
+                found.push(format!("duplicate field {}", status::go_quote(&path)));
+            }
+        }
+        found.extend(
+            unknown.iter().filter(|f| !said.contains(f)).map(|f| format!("unknown field {}", status::go_quote(f))),
+        );
+        if found.is_empty() {
             return Ok(());
         }
-        let each = fields.iter().map(|f| format!("unknown field {}", status::go_quote(f)));
+        let each = found.into_iter();
         match self.validation {
             Validation::Ignore => Ok(()),
             Validation::Warn => {
@@ -699,7 +782,7 @@ async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body
         let patched = crate::patch::apply(kind, root, &shown(r, &old)?, body)?;
         let pinned = meta::get(&patched, "resourceVersion") != old.rev.to_string();
         check.warnings.clear();
-        let mut v = typed(r, patched, check)?;
+        let mut v = typed(r, patched, Vec::new(), check)?;
         same_object(r, &mut v, namespace, name)?;
         match update_from(api, r, &k, at, v, old, check.dry_run).await {
             Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
@@ -1346,7 +1429,7 @@ async fn keep(api: &Api, plural: &str, namespace: Option<&str>, object: Value, u
             );
         }
         let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
-        let v = typed(r, v, &mut check)?;
+        let v = typed(r, v, Vec::new(), &mut check)?;
         let at = Named { namespace, name: &name, part: Part::Main };
         return update_object(api, r, at, v, false).await.map(|_| ());
     }
@@ -1362,6 +1445,27 @@ async fn keep(api: &Api, plural: &str, namespace: Option<&str>, object: Value, u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kube's strict decoding error, from its own test of a Deployment body with both.
+    #[test]
+    fn unknown_and_duplicate_fields_in_the_order_they_come() {
+        let body = br#"{"metadata":{"name":"a","unknownMeta":1,"name":"a"},"spec":{"unknown1":1,"unknownDupe":1,"unknownDupe":2,"paused":true,"paused":false,"template":{"spec":{"containers":[{"name":"c","unknownNested":1,"imagePullPolicy":"Always","imagePullPolicy":"Never"}]}}}}"#;
+        let unknown = [
+            "metadata.unknownMeta",
+            "spec.unknown1",
+            "spec.unknownDupe",
+            "spec.template.spec.containers[0].unknownNested",
+        ]
+        .map(String::from)
+        .to_vec();
+        let r = crate::resources::find("apps", "v1", "deployments").unwrap();
+        let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
+        let err = check.strict(r, unknown, keys(body)).unwrap_err();
+        assert_eq!(
+            err.message,
+            r#"Deployment in version "v1" cannot be handled as a Deployment: strict decoding error: unknown field "metadata.unknownMeta", duplicate field "metadata.name", unknown field "spec.unknown1", unknown field "spec.unknownDupe", duplicate field "spec.paused", unknown field "spec.template.spec.containers[0].unknownNested", duplicate field "spec.template.spec.containers[0].imagePullPolicy""#
+        );
+    }
 
     #[test]
     fn list_options_are_checked_as_kube_checks_them() {

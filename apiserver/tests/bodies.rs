@@ -33,6 +33,12 @@ async fn bodies_in_each_media_type_kube_decodes() {
     let unknown = "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf";
     let other = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"as-text"}}"#;
     assert_eq!(send(&client, "POST", cms, "text/plain", other).await, (415, unknown.to_string()));
+    // Strict decoding names duplicate keys as it names unknown ones, in the order they come.
+    let twice = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"twice","name":"twice"},"data":{"a":"1"},"dta":{}}"#;
+    assert_eq!(
+        send(&client, "POST", &format!("{cms}?fieldValidation=Strict"), "application/json", twice).await,
+        (400, r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "metadata.name", unknown field "dta""#.to_string())
+    );
     let (code, _) = send(&client, "POST", cms, "application/yaml", "metadata: [unclosed").await;
     assert_eq!(code, 400);
     let one = format!("{cms}/from-yaml");
@@ -45,7 +51,7 @@ async fn bodies_in_each_media_type_kube_decodes() {
     let list: serde_json::Value = serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap();
     let names: Vec<&str> =
         list["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
-    assert!(names.contains(&"from-yaml") && !names.contains(&"as-text"), "{names:?}");
+    assert!(names.contains(&"from-yaml") && !names.contains(&"as-text") && !names.contains(&"twice"), "{names:?}");
     // DELETE's options may be YAML too.
     let (code, text) = send(&client, "DELETE", &one, "application/yaml", "gracePeriodSeconds: 0\n").await;
     assert_eq!(code, 200, "{text}");

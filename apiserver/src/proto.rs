@@ -1,6 +1,7 @@
 //! Request bodies in kube's protobuf (`application/vnd.kubernetes.protobuf`), as kubectl's
 //! `create …`, `auth can-i` and client-go's typed clients send them, turned into the JSON the
-//! registry works on: the JSON kube-apiserver would have decoded from the same object sent as JSON.
+//! registry works on: the JSON kube-apiserver would have decoded from the same object sent as JSON;
+//! and answers in it, for clients that ask for it (client-go's components ask first).
 //!
 //! ```text
 //! "k8s\0" | runtime.Unknown { 1 typeMeta {1 apiVersion, 2 kind}, 2 raw, 3 contentEncoding, 4 contentType }
@@ -34,7 +35,7 @@
 //! - `JSONSchemaPropsOr{Array,Bool,StringArray}`: the schema, or the array / bool.
 //!
 //! int32 and int64 are JSON numbers, bytes base64 strings (as Go's `[]byte`), maps objects.
-//! Answers stay JSON: clients that send protobuf also accept JSON.
+//! Answers go the other way through the same table (`encode`), for clients that ask for protobuf.
 //!
 //! **The types' shape.** The same table, walked by JSON name ([`Node`]), tells the rest of the
 //! server where a value sits in a built-in type and the merge markers of its field ([`Markers`]:
@@ -48,10 +49,13 @@ use serde_json::{Map, Number, Value};
 use crate::resources::Resource;
 use crate::status::{self, Status};
 
+mod encode;
 #[cfg(test)]
 mod gen;
 #[rustfmt::skip]
 mod table;
+
+pub use encode::{encode, watch_frame};
 
 /// The media type of kube's protobuf.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -175,6 +179,11 @@ const META_KINDS: [&str; 12] = [
     "UpdateOptions",
     "WatchEvent",
 ];
+
+/// Whether objects of `kind` in `api_version` have a protobuf form.
+pub fn has_message(api_version: &str, kind: &str) -> bool {
+    lookup(api_version, kind).is_some()
+}
 
 /// The message of a type, by `apiVersion` and `kind`.
 fn lookup(api_version: &str, kind: &str) -> Option<u16> {

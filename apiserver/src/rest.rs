@@ -128,6 +128,21 @@ pub fn json(code: StatusCode, body: Vec<u8>) -> http::Response<Body> {
         .expect("a response")
 }
 
+/// An answer in the form negotiated: kube's protobuf when the client asked for it and the type
+/// has a message, else JSON.
+pub fn encoded(code: StatusCode, shape: table::Shape, v: &Value) -> http::Response<Body> {
+    if shape == table::Shape::Protobuf {
+        if let Some(body) = crate::proto::encode(v) {
+            return http::Response::builder()
+                .status(code)
+                .header(header::CONTENT_TYPE, crate::proto::MEDIA_TYPE)
+                .body(Body::from(body))
+                .expect("a response");
+        }
+    }
+    json(code, status::go_json(v))
+}
+
 /// A kube Status as the answer (with `Retry-After` when it asks the client to retry, as kube
 /// writes it).
 pub fn failure(s: Status) -> http::Response<Body> {
@@ -548,7 +563,7 @@ pub async fn serve(
         other => other,
     };
     let mut answer = match done {
-        Ok((code, v)) => json(code, status::go_json(&v)),
+        Ok((code, v)) => encoded(code, shape, &v),
         Err(s) => failure(s),
     };
     // kube's warnings: `299 - "<text>"`, one header each.
@@ -1300,7 +1315,8 @@ fn list_request(r: &Resource, query: &Query) -> Result<(Selectors, i64), Status>
     Ok((sel, limit))
 }
 
-/// Answers a LIST from the watch cache or the store (`reads` decides), in `shape`.
+/// Answers a LIST from the watch cache or the store (`reads` decides), in `shape`: the cache's
+/// JSON as it is, anything else rendered.
 async fn list_answer(
     api: &Api,
     r: &'static Resource,
@@ -1312,16 +1328,18 @@ async fn list_answer(
     let answered = async {
         let (sel, limit) = list_request(r, query)?;
         let Some((cache, limit)) = crate::reads::list_source(api, r, query, limit).await? else {
-            return list_from_store(api, r, namespace, query, shape).await;
+            let (_, v) = list(api, r, namespace, query).await?;
+            return Ok(Err(table::render(shape, r, v, include)?));
         };
         let listed = cache.list(&collection(api, r, namespace), &sel, limit);
         match shape {
-            table::Shape::Object => Ok(crate::reads::list_json(r, &listed)),
-            _ => Ok(status::go_json(&table::render(shape, r, crate::reads::list_value(r, &listed), include)?)),
+            table::Shape::Object => Ok(Ok(crate::reads::list_json(r, &listed))),
+            _ => Ok(Err(table::render(shape, r, crate::reads::list_value(r, &listed), include)?)),
         }
     };
     match answered.await {
-        Ok(body) => json(StatusCode::OK, body),
+        Ok(Ok(body)) => json(StatusCode::OK, body),
+        Ok(Err(v)) => encoded(StatusCode::OK, shape, &v),
         Err(s) => failure(s),
     }
 }

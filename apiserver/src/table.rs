@@ -14,6 +14,8 @@ use crate::status::{self, Status};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     Object,
+    /// The object in kube's protobuf (JSON for a type that has none).
+    Protobuf,
     /// A Table of `meta.k8s.io/<version>`.
     Table(&'static str),
     /// PartialObjectMetadata(List) of `meta.k8s.io/<version>`.
@@ -30,6 +32,13 @@ pub fn negotiate(accept: &str) -> Result<Shape, Status> {
         let kind = parts.next().unwrap_or("");
         let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
         let param = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        if kind == crate::proto::MEDIA_TYPE {
+            // The object itself (a watch asks with `stream=watch`); Tables and metadata are JSON.
+            if param("as").is_none() {
+                return Ok(Shape::Protobuf);
+            }
+            continue;
+        }
         if !matches!(kind, "application/json" | "*/*" | "application/*") {
             continue;
         }
@@ -50,7 +59,12 @@ pub fn negotiate(accept: &str) -> Result<Shape, Status> {
             _ => continue,
         }
     }
-    Err(Status::failure(406, "NotAcceptable", "only the following media types are accepted: application/json", None))
+    Err(Status::failure(
+        406,
+        "NotAcceptable",
+        "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf",
+        None,
+    ))
 }
 
 /// kube's `duration.HumanDuration`: how `kubectl get` prints an age.
@@ -219,7 +233,7 @@ pub fn render(shape: Shape, r: &Resource, answer: Value, include_object: Option<
         }
     };
     match shape {
-        Shape::Object => Ok(answer),
+        Shape::Object | Shape::Protobuf => Ok(answer),
         Shape::Metadata(v) if is_list => Ok(json!({
             "kind": "PartialObjectMetadataList",
             "apiVersion": format!("meta.k8s.io/{v}"),
@@ -303,12 +317,17 @@ mod tests {
         let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
         assert_eq!(negotiate(kubectl).unwrap(), Shape::Table("v1"));
         assert_eq!(negotiate("application/json, */*").unwrap(), Shape::Object);
-        assert_eq!(negotiate("application/vnd.kubernetes.protobuf,application/json").unwrap(), Shape::Object);
+        assert_eq!(negotiate("application/vnd.kubernetes.protobuf,application/json").unwrap(), Shape::Protobuf);
+        assert_eq!(negotiate("application/vnd.kubernetes.protobuf;stream=watch").unwrap(), Shape::Protobuf);
+        assert_eq!(
+            negotiate("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json").unwrap(),
+            Shape::Object
+        );
         assert_eq!(
             negotiate("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").unwrap(),
             Shape::Metadata("v1")
         );
-        assert_eq!(negotiate("application/vnd.kubernetes.protobuf").unwrap_err().code, 406);
+        assert_eq!(negotiate("application/yaml").unwrap_err().code, 406);
     }
 
     #[test]

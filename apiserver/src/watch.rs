@@ -53,11 +53,6 @@ fn line(kind: &str, object: &impl Serialize) -> Vec<u8> {
     status::go_json(&Line { kind, object })
 }
 
-/// An ERROR event: the Status in kube's field order.
-fn error_line(s: &Status) -> Vec<u8> {
-    line("ERROR", s)
-}
-
 /// The BOOKMARK object: the resource's kind at a resourceVersion, nothing else (but the
 /// annotation that ends a WatchList's initial events).
 fn bookmark(r: &Resource, rev: i64, initial_end: bool) -> Value {
@@ -76,10 +71,19 @@ pub async fn serve(
     query: &Query,
     shape: Shape,
 ) -> http::Response<Body> {
+    // A type with no protobuf form is watched in JSON.
+    let shape = match shape {
+        Shape::Protobuf if !crate::proto::has_message(&r.api_version(), r.kind) => Shape::Object,
+        s => s,
+    };
+    let content_type = match shape {
+        Shape::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
+        _ => "application/json",
+    };
     match start(api, r, namespace, query, shape).await {
         Ok(body) => http::Response::builder()
             .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, content_type)
             .body(body)
             .expect("a response"),
         Err(s) => rest::failure(s),
@@ -146,7 +150,7 @@ async fn start(
         }
         None => MIN_REQUEST_TIMEOUT + Duration::from_secs(rand::random_range(0..MIN_REQUEST_TIMEOUT.as_secs())),
     };
-    let include = query.get("includeObject").cloned();
+    let render = Render { r, shape, include: query.get("includeObject").cloned() };
     let cache = api.caches.of(r).ok_or_else(|| rest::internal(format!("no watch cache for {}", r.plural)))?.clone();
     if !cache.wait_for(0, cache::FRESH_WAIT).await {
         return Err(status::too_many_requests("storage is (re)initializing", 1));
@@ -156,14 +160,14 @@ async fn start(
     let (start, after) =
         match begin(api, &cache, rv, query.contains_key("sendInitialEvents"), initial_events, bookmarks).await {
             Ok(s) => s,
-            Err(s) => return Ok(Body::from(error_line(&s))),
+            Err(s) => return Ok(Body::from(render.error(&s))),
         };
     let mut sub = match cache.watch(start, namespace.filter(|_| r.namespaced).map(str::to_string), sel) {
         Ok(sub) => sub,
-        Err(s) => return Ok(Body::from(error_line(&s))),
+        Err(s) => return Ok(Body::from(render.error(&s))),
     };
     let mut stream = Stream {
-        render: Render { r, shape, include },
+        render,
         initial: std::mem::take(&mut sub.initial).into(),
         initial_end: (initial_events && bookmarks).then_some(sub.rev),
         last: after.unwrap_or(sub.rev),
@@ -226,8 +230,8 @@ async fn begin(
     }
 }
 
-/// How events are written for one watch: shared JSON lines, or rendered per watcher (Tables,
-/// metadata only).
+/// How events are written for one watch: shared JSON lines or protobuf frames, or rendered per
+/// watcher (Tables, metadata only).
 struct Render {
     r: &'static Resource,
     shape: Shape,
@@ -235,9 +239,25 @@ struct Render {
 }
 
 impl Render {
+    /// An event of `kind` with `object` (a Status, a bookmark) that no cache event holds.
+    fn other(&self, kind: &str, object: &impl Serialize) -> Bytes {
+        match self.shape {
+            Shape::Protobuf => {
+                let v = serde_json::to_value(object).expect("a value encodes");
+                cache::event_frame(self.r, kind, &v).into()
+            }
+            _ => line(kind, object).into(),
+        }
+    }
+
+    fn error(&self, s: &Status) -> Bytes {
+        self.other("ERROR", s)
+    }
+
     fn object(&self, kind: &str, object: &Object) -> Result<Bytes, Status> {
         match self.shape {
             Shape::Object => Ok(cache::event_line(kind, &object.typed(self.r)).into()),
+            Shape::Protobuf => Ok(cache::event_frame(self.r, kind, &object.value(self.r)).into()),
             _ => {
                 let v = table::render(self.shape, self.r, object.value(self.r), self.include.as_deref())?;
                 Ok(line(kind, &v).into())
@@ -248,6 +268,7 @@ impl Render {
     fn event(&self, e: &Event, seen: Seen) -> Result<Bytes, Status> {
         match self.shape {
             Shape::Object => Ok(e.line(seen)),
+            Shape::Protobuf => Ok(e.frame(seen)),
             _ => {
                 let (kind, object) = e.as_seen(seen);
                 self.object(kind.name(), object)
@@ -279,7 +300,7 @@ impl Stream {
             Ok(b) => b,
             Err(s) => {
                 self.ended = true;
-                error_line(&s).into()
+                self.render.error(&s)
             }
         }
     }
@@ -311,7 +332,8 @@ impl Stream {
         // As kube's cache watchers: only a bookmark past what was sent.
         if reached > self.last {
             self.last = reached;
-            self.pending.push_back(line("BOOKMARK", &bookmark(self.render.r, reached, false)).into());
+            let b = self.render.other("BOOKMARK", &bookmark(self.render.r, reached, false));
+            self.pending.push_back(b);
         }
     }
 
@@ -326,11 +348,11 @@ impl Stream {
             if let Some(o) = self.initial.pop_front() {
                 return Some(self.render.object("ADDED", &o).unwrap_or_else(|s| {
                     self.ended = true;
-                    error_line(&s).into()
+                    self.render.error(&s)
                 }));
             }
             if let Some(rev) = self.initial_end.take() {
-                return Some(line("BOOKMARK", &bookmark(self.render.r, rev, true)).into());
+                return Some(self.render.other("BOOKMARK", &bookmark(self.render.r, rev, true)));
             }
             let bookmark_at = self.next_bookmark;
             tokio::select! {
@@ -354,7 +376,7 @@ mod tests {
 
     #[test]
     fn error_events_carry_kubes_status() {
-        let l = String::from_utf8(error_line(&status::expired("too old resource version: 1 (11)"))).unwrap();
+        let l = String::from_utf8(line("ERROR", &status::expired("too old resource version: 1 (11)"))).unwrap();
         assert_eq!(l, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: 1 (11)\",\"reason\":\"Expired\",\"code\":410}}\n");
     }
 

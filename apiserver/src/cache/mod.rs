@@ -150,13 +150,25 @@ pub struct Event {
     at: Instant,
     /// The event's JSON lines, one per way a watcher may see it, each encoded once.
     lines: [OnceLock<Bytes>; 4],
+    /// Its protobuf frames likewise, for the watchers that asked for protobuf.
+    frames: [OnceLock<Bytes>; 4],
     /// `prev` at this event's revision: what a watcher whose selector the object left receives.
     left: OnceLock<Arc<Object>>,
 }
 
 impl Event {
     fn new(r: &'static Resource, kind: Kind, object: Arc<Object>, prev: Option<Arc<Object>>, at: Instant) -> Event {
-        Event { r, kind, rev: object.rev, object, prev, at, lines: Default::default(), left: OnceLock::new() }
+        Event {
+            r,
+            kind,
+            rev: object.rev,
+            object,
+            prev,
+            at,
+            lines: Default::default(),
+            frames: Default::default(),
+            left: OnceLock::new(),
+        }
     }
 
     /// The event type and object a watcher that sees it as `seen` receives.
@@ -172,19 +184,40 @@ impl Event {
 
     /// The watch stream's line for a watcher that sees it as `seen`, encoded once.
     pub fn line(&self, seen: Seen) -> Bytes {
-        let slot = match seen {
-            Seen::As(Kind::Added) => 0,
-            Seen::As(Kind::Modified) => 1,
-            Seen::As(Kind::Deleted) => 2,
-            Seen::Left => 3,
-        };
-        self.lines[slot]
+        self.lines[slot(seen)]
             .get_or_init(|| {
                 let (kind, object) = self.as_seen(seen);
                 event_line(kind.name(), &object.typed(self.r)).into()
             })
             .clone()
     }
+
+    /// The protobuf watch stream's frame for a watcher that sees it as `seen`, encoded once.
+    pub fn frame(&self, seen: Seen) -> Bytes {
+        self.frames[slot(seen)]
+            .get_or_init(|| {
+                let (kind, object) = self.as_seen(seen);
+                event_frame(self.r, kind.name(), &object.value(self.r)).into()
+            })
+            .clone()
+    }
+}
+
+/// Where an event keeps its encoding for a watcher that sees it as `seen`.
+fn slot(seen: Seen) -> usize {
+    match seen {
+        Seen::As(Kind::Added) => 0,
+        Seen::As(Kind::Modified) => 1,
+        Seen::As(Kind::Deleted) => 2,
+        Seen::Left => 3,
+    }
+}
+
+/// One event of a protobuf watch stream of `r`: the object (an object of `r`, or a Status) in a
+/// length-framed `WatchEvent` (empty if it has no protobuf form, which the watch rules out).
+pub fn event_frame(r: &Resource, kind: &str, object: &Value) -> Vec<u8> {
+    let inner = crate::proto::encode(object).unwrap_or_default();
+    crate::proto::watch_frame(&r.api_version(), kind, &inner)
 }
 
 /// `{"type":<kind>,"object":<object>}` and a newline: one event of a JSON watch stream.

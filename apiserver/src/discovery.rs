@@ -188,11 +188,14 @@ fn api_resources(r: &'static Resource) -> impl Iterator<Item = ApiResource> {
     std::iter::once(main).chain(subs)
 }
 
-/// What a subresource answers: a `scale` an `autoscaling/v1` Scale, the others the resource's
-/// own kind (group and version left out, as kube leaves them).
+/// What a subresource takes and answers: a `scale` an `autoscaling/v1` Scale, a pod's `binding`
+/// a Binding and its `eviction` a `policy/v1` Eviction, the others the resource's own kind (group
+/// and version left out where they are the resource's, as kube leaves them).
 fn response_kind(r: &Resource, sub: &str) -> (&'static str, &'static str, &'static str) {
     match sub {
         "scale" => ("autoscaling", "v1", "Scale"),
+        "binding" => ("", "", "Binding"),
+        "eviction" => ("policy", "v1", "Eviction"),
         _ => ("", "", r.kind),
     }
 }
@@ -397,7 +400,8 @@ mod tests {
         assert!(body.contains(r#"{"name":"namespaces/finalize","singularName":"","namespaced":false,"kind":"Namespace","verbs":["update"]},{"name":"namespaces/status","singularName":"","namespaced":false,"kind":"Namespace","verbs":["get","patch","update"]},{"name":"nodes","#), "{body}");
         assert!(body.contains(r#"{"name":"pods/status","singularName":"","namespaced":true,"kind":"Pod","verbs":["get","patch","update"]}"#), "{body}");
         let aggregated = String::from_utf8(go_json(&aggregated(true))).unwrap();
-        assert!(aggregated.contains(r#""subresources":[{"subresource":"status","responseKind":{"group":"","version":"","kind":"Pod"},"verbs":["get","patch","update"]}]"#), "{aggregated}");
+        assert!(aggregated.contains(r#""subresources":[{"subresource":"binding","responseKind":{"group":"","version":"","kind":"Binding"},"verbs":["create"]},{"subresource":"eviction","responseKind":{"group":"policy","version":"v1","kind":"Eviction"},"verbs":["create"]},{"subresource":"status","responseKind":{"group":"","version":"","kind":"Pod"},"verbs":["get","patch","update"]}]"#), "{aggregated}");
+        assert!(body.contains(r#"{"name":"pods/eviction","singularName":"","namespaced":true,"group":"policy","version":"v1","kind":"Eviction","verbs":["create"]}"#), "{body}");
     }
 
     /// The hashes kube 1.33 serves (docs/apiserver-discovery.md §3).

@@ -5,10 +5,12 @@
 //! errors ([`status`]) are written as kube writes them; discovery and a generic registry serve
 //! the resources of the table in [`resources`] over HTTPS ([`server`], [`run`]).
 
+pub mod bindings;
 pub mod cache;
 pub mod deletion;
 pub mod discovery;
 pub mod events;
+pub mod evictions;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

@@ -260,7 +260,7 @@ pub static RESOURCES: &[Resource] = &[
         "pod",
         short_names: &["po"],
         categories: ALL_CATEGORY,
-        subresources: STATUS,
+        subresources: &[("binding", &["create"]), ("eviction", &["create"]), ("status", GET_PATCH_UPDATE)],
         fields: crate::pods::SELECTABLE,
         strategy: Strategy::Pod,
         deleted: Deleted::Object,

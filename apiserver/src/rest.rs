@@ -212,7 +212,7 @@ fn parsed_as(r: &Resource, stored: &Stored) -> Result<Value, Status> {
 }
 
 /// The object at `k` (named `name`), or kube's NotFound.
-async fn read(api: &Api, r: &Resource, k: &str, name: &str) -> Result<Stored, Status> {
+pub(crate) async fn read(api: &Api, r: &Resource, k: &str, name: &str) -> Result<Stored, Status> {
     let found = api.storage.get(k).await.map_err(|e| storage_error(r, name, e))?;
     found.ok_or_else(|| status::not_found(r.gr(), name))
 }
@@ -237,7 +237,7 @@ fn stored_bytes(r: &Resource, mut v: Value) -> Vec<u8> {
     serde_json::to_vec(&v).expect("a value encodes")
 }
 
-fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
+pub(crate) fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> String {
     keys::object(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced), name)
 }
 
@@ -316,7 +316,7 @@ fn keys(body: &[u8]) -> Vec<(String, bool)> {
 
 /// A request body as JSON, from JSON, YAML or kube's protobuf (then of `kind` of `api_version`
 /// unless its envelope says otherwise); kube's 415 for another media type.
-fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) -> Result<Value, Status> {
+pub(crate) fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) -> Result<Value, Status> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     match ct.split(';').next().unwrap_or("").trim() {
         "application/json" | "*/*" | "" => serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string())),
@@ -485,6 +485,7 @@ pub async fn serve(
         (&Method::GET, Target::Collection { .. }) if is_true(query.get("watch")) => "watch",
         (&Method::GET, Target::Collection { .. }) => "list",
         (&Method::POST, Target::Collection { .. }) => "create",
+        (&Method::POST, Target::Object { sub: Some(_), .. }) => "create",
         (&Method::DELETE, Target::Collection { .. }) => "deletecollection",
         (&Method::GET, Target::Object { .. }) => "get",
         (&Method::PUT, Target::Object { .. }) => "update",
@@ -539,6 +540,20 @@ pub async fn serve(
                 Err(s) => failure(s),
             };
         }
+        Target::Object { namespace, name, sub: Some(sub @ ("binding" | "eviction")) } => {
+            let req = crate::bindings::PodRequest {
+                api,
+                r,
+                namespace: namespace.as_deref(),
+                name: &name,
+                headers,
+                body: &body,
+            };
+            match sub {
+                "binding" => crate::bindings::bind(req, check.dry_run).await,
+                _ => crate::evictions::evict(req, query, check.dry_run).await,
+            }
+        }
         Target::Object { namespace, name, sub } => match verb {
             "get" => get(api, r, namespace.as_deref(), &name, query).await,
             "update" => {
@@ -579,7 +594,7 @@ fn is_true(v: Option<&String>) -> bool {
     matches!(v.map(String::as_str), Some("true" | "1"))
 }
 
-type Answer = Result<(StatusCode, Value), Status>;
+pub(crate) type Answer = Result<(StatusCode, Value), Status>;
 
 async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str, query: &Query) -> Answer {
     let k = key(api, r, namespace, name);
@@ -779,7 +794,7 @@ async fn update(
 }
 
 /// How often a patch (or a delete) is made again when the object changed under it.
-const PATCH_ATTEMPTS: usize = 5;
+pub(crate) const PATCH_ATTEMPTS: usize = 5;
 
 /// PATCH: the patch applied to the current object, written as an update of the version it was
 /// applied to (again on a newer version if the object changed meanwhile, unless the patch named
@@ -1059,7 +1074,15 @@ async fn write_or_remove(
 
 /// Writes `v` over the object at `k` as it was at `rev`, and answers it; a dry run answers what
 /// would be written.
-async fn write_over(api: &Api, r: &Resource, k: &str, name: &str, v: Value, rev: i64, dry_run: bool) -> Answer {
+pub(crate) async fn write_over(
+    api: &Api,
+    r: &Resource,
+    k: &str,
+    name: &str,
+    v: Value,
+    rev: i64,
+    dry_run: bool,
+) -> Answer {
     let value = stored_bytes(r, v);
     let rev = match dry_run {
         true => rev,
@@ -1098,7 +1121,13 @@ fn delete_options(
 }
 
 /// kube's precondition check of a delete against the object as stored at `rev`.
-fn preconditions(opts: &DeleteOptions, r: &Resource, name: &str, obj: &Value, rev: i64) -> Result<(), Status> {
+pub(crate) fn preconditions(
+    opts: &DeleteOptions,
+    r: &Resource,
+    name: &str,
+    obj: &Value,
+    rev: i64,
+) -> Result<(), Status> {
     let failed = |what: &str, want: &str, have: &str| {
         let why = format!("Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}");
         Err(status::conflict(r.gr(), name, &why))
@@ -1130,7 +1159,7 @@ async fn remove(api: &Api, r: &Resource, k: &str, name: &str, at: Option<i64>) -
 /// DELETE: the object removed, or marked and kept (graceful deletion, finalizers); done again
 /// on the newer version when the object changed meanwhile, unless the client's preconditions
 /// named the version.
-async fn delete(
+pub(crate) async fn delete(
     api: &Api,
     r: &Resource,
     namespace: Option<&str>,
@@ -1367,7 +1396,7 @@ pub(crate) fn list_of(r: &Resource, metadata: Map<String, Value>, items: Vec<Val
 }
 
 /// A LIST from the store.
-async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {
+pub(crate) async fn list(api: &Api, r: &Resource, namespace: Option<&str>, query: &Query) -> Answer {
     let (sel, limit) = list_request(r, query)?;
     let at = match query.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => At::Latest,

@@ -180,6 +180,12 @@ pub fn conflict(gr: GroupResource<'_>, name: &str, why: &str) -> Status {
     Status::failure(409, "Conflict", message, named(gr, name))
 }
 
+/// 403 Forbidden: `<resource> "<name>" is forbidden: <why>`.
+pub fn forbidden(gr: GroupResource<'_>, name: &str, why: &str) -> Status {
+    let message = format!("{gr} {} is forbidden: {why}", go_quote(name));
+    Status::failure(403, "Forbidden", message, named(gr, name))
+}
+
 /// 410 Expired (a continue token or resourceVersion the store has compacted).
 pub fn expired(message: impl Into<String>) -> Status {
     Status::failure(410, "Expired", message, None)

@@ -471,8 +471,42 @@ impl Check {
 /// Query parameters (the last value of each).
 pub type Query = HashMap<String, String>;
 
-/// Serves one request for resource `r`.
+/// Serves one request for resource `r`; its errors in kube's protobuf when the client asked for
+/// protobuf first, as kube negotiates an error's encoding like any answer's.
 pub async fn serve(
+    api: &Api,
+    r: &'static Resource,
+    method: &Method,
+    target: Target,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> http::Response<Body> {
+    let answer = answer(api, r, method, target, query, headers, body).await;
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if answer.status().as_u16() >= 400 && table::negotiate(accept) == Ok(table::Shape::Protobuf) {
+        return in_protobuf(answer).await;
+    }
+    answer
+}
+
+/// An answer whose body is a JSON Status, re-encoded in kube's protobuf.
+async fn in_protobuf(answer: http::Response<Body>) -> http::Response<Body> {
+    let (mut parts, body) = answer.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return failure(internal_error("an error answer could not be read back"));
+    };
+    match serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| crate::proto::encode(&v)) {
+        Some(pb) => {
+            parts.headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static(crate::proto::MEDIA_TYPE));
+            http::Response::from_parts(parts, Body::from(pb))
+        }
+        None => http::Response::from_parts(parts, Body::from(bytes)),
+    }
+}
+
+/// The answer to one request for resource `r`.
+async fn answer(
     api: &Api,
     r: &'static Resource,
     method: &Method,
@@ -1461,7 +1495,9 @@ pub async fn reconcile(api: &Api, plural: &str, namespace: Option<&str>, object:
 }
 
 async fn keep(api: &Api, plural: &str, namespace: Option<&str>, object: Value, update: bool) -> Result<(), Status> {
-    let r = crate::resources::find("", "v1", plural).expect("a served resource");
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("v1");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let r = crate::resources::find(group, version, plural).expect("a served resource");
     let name = meta::get(&object, "name").to_string();
     if let Ok(current) = read(api, r, &key(api, r, namespace, &name), &name).await {
         if !update {

@@ -387,6 +387,10 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     if let Err(s) = crate::rest::reconcile(&api, "endpoints", Some("default"), endpoints).await {
         bail!("keeping the kubernetes service's endpoints: {}", s.message);
     }
+    let slice = crate::services::kubernetes_endpoint_slice(&host, addr.port());
+    if let Err(s) = crate::rest::reconcile(&api, "endpointslices", Some("default"), slice).await {
+        bail!("keeping the kubernetes service's endpoint slice: {}", s.message);
+    }
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");
     }

@@ -591,6 +591,23 @@ pub fn kubernetes_endpoints(address: &str, secure_port: u16) -> Value {
     })
 }
 
+/// The `kubernetes` service's EndpointSlice, as kube-apiserver's endpoints adapter writes it
+/// beside the Endpoints: the same address (IPv4) and port.
+pub fn kubernetes_endpoint_slice(address: &str, secure_port: u16) -> Value {
+    json!({
+        "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": secure_port, "protocol": "TCP"}],
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

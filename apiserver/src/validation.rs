@@ -757,11 +757,16 @@ fn limit_range(v: &Value) -> Vec<FieldError> {
     out
 }
 
-/// `ValidateEndpoints`: each subset's addresses and ports. The `kubernetes` service's own
-/// endpoints (`default/kubernetes`, which the apiserver keeps) may hold a loopback address: keel
-/// serves there when bound to 127.0.0.1, where kube would refuse its own write and log it.
+/// Whether `v` is the `kubernetes` service's own Endpoints or EndpointSlice (`default/kubernetes`,
+/// which the apiserver keeps): it may hold a loopback address, as keel serves there when bound to
+/// 127.0.0.1, where kube would refuse its own write and log it.
+fn own_endpoints(v: &Value) -> bool {
+    meta::get(v, "name") == "kubernetes" && meta::get(v, "namespace") == "default"
+}
+
+/// `ValidateEndpoints`: each subset's addresses and ports.
 fn endpoints(v: &Value) -> Vec<FieldError> {
-    let own = meta::get(v, "name") == "kubernetes" && meta::get(v, "namespace") == "default";
+    let own = own_endpoints(v);
     let mut out = Vec::new();
     for (i, s) in items(v, "/subsets").iter().enumerate() {
         let at = format!("subsets[{i}]");
@@ -853,7 +858,9 @@ fn endpoint_slice(v: &Value) -> Vec<FieldError> {
                 if !ok {
                     out.push(invalid(&field, json!(a), text));
                 }
-                out.extend(special_ip(&field, a));
+                if !own_endpoints(v) {
+                    out.extend(special_ip(&field, a));
+                }
             }
         }
     }

@@ -81,8 +81,8 @@ fn unwrap(body: &[u8]) -> (String, String, Vec<u8>) {
     (tm.api_version.unwrap_or_default(), tm.kind.unwrap_or_default(), u.raw.unwrap_or_default())
 }
 
-/// Answers in kube's protobuf to a client that asks for it: an object, a list, and a watch's
-/// length-framed WatchEvents, each read with k8s-pb's types.
+/// Answers in kube's protobuf to a client that asks for it: an object, a list, a watch's
+/// length-framed WatchEvents and an error's Status, each read with k8s-pb's types.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_in_protobuf_to_clients_that_ask() {
     use k8s_pb::api::core::v1 as core;
@@ -124,5 +124,19 @@ async fn answers_in_protobuf_to_clients_that_ask() {
         rest = &rest[4 + n..];
     }
     assert!(seen.contains(&("ADDED".to_string(), "pb".to_string(), rv)), "{seen:?}");
+
+    // Errors too are in protobuf: a Status.
+    let req = http::Request::get(format!("{cms}/missing"))
+        .header("Accept", "application/vnd.kubernetes.protobuf, */*")
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let resp = client.send(req).await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf");
+    let (_, kind, raw) = unwrap(&resp.into_body().collect_bytes().await.unwrap());
+    assert_eq!(kind, "Status");
+    let s = k8s_pb::apimachinery::pkg::apis::meta::v1::Status::decode(raw.as_slice()).unwrap();
+    assert_eq!((s.reason.as_deref(), s.code), (Some("NotFound"), Some(404)));
+    assert_eq!(s.message.as_deref(), Some("configmaps \"missing\" not found"));
     running.stop().await;
 }

@@ -751,6 +751,17 @@ async fn services(k: &Kubectl) {
         .await,
         format!("127.0.0.1 https {port}")
     );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "endpointslices",
+            "kubernetes",
+            "-o",
+            "jsonpath={.addressType} {.endpoints[0].addresses[0]} {.ports[0].port} {.metadata.labels.kubernetes\\.io/service-name}"
+        ])
+        .await,
+        format!("IPv4 127.0.0.1 {port} kubernetes")
+    );
     let svc = |name: &str, spec: serde_json::Value| serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec});
     let web = k.file(
         "svc-web.json",

@@ -14,7 +14,7 @@ use crate::deletion::Options;
 use crate::meta;
 use crate::resources::{self, Resource};
 use crate::rest::{self, Answer, Api, Query};
-use crate::status::{self, Cause, Details, GroupResource, Status};
+use crate::status::{self, Cause, GroupResource, Status};
 
 /// kube's `MaxDisruptedPodSize`.
 const MAX_DISRUPTED_PODS: usize = 2000;
@@ -22,12 +22,11 @@ const MAX_DISRUPTED_PODS: usize = 2000;
 const VIOLATES: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
 
 fn too_many(retry_after: i32, why: String) -> Status {
-    let details = Details {
-        causes: vec![Cause { reason: "DisruptionBudget", message: why, field: String::new() }],
-        retry_after_seconds: (retry_after > 0).then_some(retry_after),
-        ..Default::default()
-    };
-    Status::failure(429, "TooManyRequests", VIOLATES, Some(details))
+    let mut s = status::too_many_requests(VIOLATES, retry_after);
+    if let Some(d) = s.details.as_mut() {
+        d.causes.push(Cause { reason: "DisruptionBudget", message: why, field: String::new() });
+    }
+    s
 }
 
 fn phase(pod: &Value) -> &str {

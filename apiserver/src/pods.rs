@@ -251,14 +251,7 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
             }
             for (j, port) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
                 let n = port.get("containerPort").and_then(Value::as_i64).unwrap_or(0);
-                if !(1..=65535).contains(&n) {
-                    errors.push(FieldError::new(
-                        FieldErrorType::Invalid,
-                        &at(&format!("ports[{j}].containerPort")),
-                        Some(json!(n)),
-                        "must be between 1 and 65535, inclusive",
-                    ));
-                }
+                errors.extend(crate::validation::port_number(&at(&format!("ports[{j}].containerPort")), n));
             }
             for (j, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
                 let name = m.get("name").and_then(Value::as_str).unwrap_or("");

@@ -408,20 +408,15 @@ fn pod_disruption_budget(o: &Value) -> Vec<Value> {
 }
 
 fn replication_controller(o: &Value) -> Vec<Value> {
-    let [names, images] = containers(o, "/spec/template/spec/containers");
-    vec![
-        name(o),
-        int_at(o, "/spec/replicas").into(),
-        int_at(o, "/status/replicas").into(),
-        int_at(o, "/status/readyReplicas").into(),
-        age(o),
-        names,
-        images,
-        format_labels(at(o, "/spec/selector")).into(),
-    ]
+    replicas(o, format_labels(at(o, "/spec/selector")))
 }
 
 fn replica_set(o: &Value) -> Vec<Value> {
+    replicas(o, format_selector(at(o, "/spec/selector")))
+}
+
+/// A ReplicationController's or ReplicaSet's row (they differ in how a selector is written).
+fn replicas(o: &Value, selector: String) -> Vec<Value> {
     let [names, images] = containers(o, "/spec/template/spec/containers");
     vec![
         name(o),
@@ -431,7 +426,7 @@ fn replica_set(o: &Value) -> Vec<Value> {
         age(o),
         names,
         images,
-        format_selector(at(o, "/spec/selector")).into(),
+        selector.into(),
     ]
 }
 
@@ -1199,37 +1194,14 @@ pub(crate) fn selector(selector_json: Option<&Value>) -> Option<String> {
     Some(requirements.into_iter().map(|(_, r)| r).collect::<Vec<_>>().join(","))
 }
 
-/// A label key: a name, optionally behind a DNS subdomain prefix and '/'.
+/// A label key kube accepts (`IsQualifiedName`).
 fn qualified_name(key: &str) -> bool {
-    match key.split_once('/') {
-        None => name_part(key),
-        Some((prefix, rest)) => dns_subdomain(prefix) && name_part(rest),
-    }
+    crate::validation::qualified_name_problems(key).is_empty()
 }
 
-/// At most 63 of `[-A-Za-z0-9_.]`, beginning and ending alphanumeric.
-fn name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
-}
-
+/// A label value kube accepts (`IsValidLabelValue`).
 fn label_value(s: &str) -> bool {
-    s.is_empty() || name_part(s)
-}
-
-/// At most 253 characters of dot-separated `[a-z0-9]([-a-z0-9]*[a-z0-9])?` labels.
-fn dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            let b = label.as_bytes();
-            let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-            !b.is_empty() && edge(&b[0]) && edge(&b[b.len() - 1]) && b.iter().all(|c| edge(c) || *c == b'-')
-        })
+    crate::validation::label_value_problems(s).is_empty()
 }
 
 // ---- Quantities ----

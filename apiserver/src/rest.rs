@@ -241,13 +241,18 @@ pub(crate) fn key(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) 
     keys::object(&api.prefix, &r.key_prefix(), namespace.filter(|_| r.namespaced), name)
 }
 
+/// The media type of a request's body (without its parameters); JSON when none is given.
+fn media_type(headers: &HeaderMap) -> &str {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    ct.split(';').next().unwrap_or("").trim()
+}
+
 /// Decodes a request body into an object of `r`: JSON, YAML or kube's protobuf, its
 /// `apiVersion`/`kind`, when given, those of the endpoint; a JSON body's duplicate fields are
 /// reported with its unknown ones, in the order they come, as kube's strict decoding does.
 fn decode(r: &Resource, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Result<Value, Status> {
     let v = body_value(headers, body, &r.api_version(), r.kind)?;
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    let json = matches!(ct.split(';').next().unwrap_or("").trim(), "application/json" | "*/*" | "");
+    let json = matches!(media_type(headers), "application/json" | "*/*" | "");
     typed(r, v, if json { keys(body) } else { Vec::new() }, check)
 }
 
@@ -317,8 +322,7 @@ fn keys(body: &[u8]) -> Vec<(String, bool)> {
 /// A request body as JSON, from JSON, YAML or kube's protobuf (then of `kind` of `api_version`
 /// unless its envelope says otherwise); kube's 415 for another media type.
 pub(crate) fn body_value(headers: &HeaderMap, body: &Bytes, api_version: &str, kind: &str) -> Result<Value, Status> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    match ct.split(';').next().unwrap_or("").trim() {
+    match media_type(headers) {
         "application/json" | "*/*" | "" => serde_json::from_slice(body).map_err(|e| status::bad_request(e.to_string())),
         "application/yaml" => serde_yaml_ng::from_slice(body)
             .map_err(|e| status::bad_request(format!("error converting YAML to JSON: yaml: {e}"))),
@@ -835,8 +839,7 @@ pub(crate) const PATCH_ATTEMPTS: usize = 5;
 /// the resourceVersion it applies to).
 async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Answer {
     let Named { namespace, name, .. } = at;
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let kind = crate::patch::kind_of(ct)?;
+    let kind = crate::patch::kind_of(media_type(headers))?;
     let root = crate::proto::Node::of(&r.api_version(), r.kind);
     let k = key(api, r, namespace, name);
     let mut attempt = 0;
@@ -880,9 +883,8 @@ async fn scale(
             "get" => return Ok((StatusCode::OK, now)),
             "update" => body_value(headers, body, "autoscaling/v1", "Scale")?,
             _ => {
-                let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
                 let root = crate::proto::Node::of("autoscaling/v1", "Scale");
-                crate::patch::apply(crate::patch::kind_of(ct)?, root, &now, body)?
+                crate::patch::apply(crate::patch::kind_of(media_type(headers))?, root, &now, body)?
             }
         };
         let given = |f: &str| wanted.get(f).and_then(Value::as_str).unwrap_or("").to_string();

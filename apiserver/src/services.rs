@@ -140,10 +140,6 @@ pub fn defaults(v: &mut Value) {
     }
 }
 
-fn invalid(field: &str, value: Value, detail: &str) -> FieldError {
-    FieldError::new(FieldErrorType::Invalid, field, Some(value), detail)
-}
-
 /// What kube's `ValidateService` refuses (the part keel checks: type, ports, names, protocols,
 /// an ExternalName's name, session affinity).
 pub fn validate(v: &Value) -> Vec<FieldError> {
@@ -169,10 +165,7 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
         } else if !name.is_empty() && !names.insert(name) {
             errors.push(FieldError::new(FieldErrorType::Duplicate, &at("name"), Some(json!(name)), ""));
         }
-        let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
-        if !(1..=65535).contains(&port) {
-            errors.push(invalid(&at("port"), json!(port), "must be between 1 and 65535, inclusive"));
-        }
+        errors.extend(crate::validation::port_number(&at("port"), p.get("port").and_then(Value::as_i64).unwrap_or(0)));
         let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("");
         if !["SCTP", "TCP", "UDP"].contains(&protocol) {
             errors.push(FieldError::not_supported(&at("protocol"), protocol, &["SCTP", "TCP", "UDP"]));
@@ -185,8 +178,8 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
                     None,
                     "may not be used when `type` is 'ClusterIP'",
                 ));
-            } else if !(1..=65535).contains(&n) {
-                errors.push(invalid(&at("nodePort"), json!(n), "must be between 1 and 65535, inclusive"));
+            } else {
+                errors.extend(crate::validation::port_number(&at("nodePort"), n));
             }
         }
     }
@@ -198,7 +191,7 @@ pub fn validate(v: &Value) -> Vec<FieldError> {
     if let Some(ip) = v.pointer("/spec/clusterIP").and_then(Value::as_str).filter(|ip| !ip.is_empty() && *ip != "None")
     {
         if ip.parse::<Ipv4Addr>().is_err() {
-            errors.push(invalid(
+            errors.push(FieldError::invalid(
                 "spec.clusterIPs[0]",
                 json!(ip),
                 "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",

@@ -212,7 +212,8 @@ pub fn too_large_resource_version(want: i64, current: i64) -> Status {
 
 /// kube's 429 (`NewTooManyRequests`), asking the client to come back after `retry_after` seconds.
 pub fn too_many_requests(message: &str, retry_after: i32) -> Status {
-    let details = Details { retry_after_seconds: Some(retry_after), ..Default::default() };
+    // kube leaves a zero retry out (and sends no Retry-After header).
+    let details = Details { retry_after_seconds: (retry_after > 0).then_some(retry_after), ..Default::default() };
     Status::failure(429, "TooManyRequests", message, Some(details))
 }
 
@@ -317,6 +318,16 @@ impl FieldError {
             Some(serde_json::Value::String(value.into())),
             &format!("supported values: {list}"),
         )
+    }
+
+    /// kube's `field.Invalid`.
+    pub fn invalid(field: &str, value: serde_json::Value, detail: &str) -> Self {
+        Self::new(FieldErrorType::Invalid, field, Some(value), detail)
+    }
+
+    /// kube's `field.Forbidden`.
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self::new(FieldErrorType::Forbidden, field, None, detail)
     }
 
     /// kube's `field.Required` without a detail.

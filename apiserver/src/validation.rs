@@ -20,21 +20,15 @@ const NON_NEGATIVE: &str = "must be greater than or equal to 0";
 /// kube's `TotalAnnotationSizeLimitB`.
 const ANNOTATIONS_MAX: usize = 256 * 1024;
 
-fn invalid(field: &str, value: Value, detail: &str) -> FieldError {
-    FieldError::new(FieldErrorType::Invalid, field, Some(value), detail)
-}
+use FieldError as E;
 
 fn required(field: &str, detail: &str) -> FieldError {
     FieldError::new(FieldErrorType::Required, field, None, detail)
 }
 
-fn forbidden(field: &str, detail: &str) -> FieldError {
-    FieldError::new(FieldErrorType::Forbidden, field, None, detail)
-}
-
 /// Each problem of a string value as an Invalid error at `field`.
 fn each(field: &str, value: &str, problems: Vec<String>) -> Vec<FieldError> {
-    problems.into_iter().map(|p| invalid(field, json!(value), &p)).collect()
+    problems.into_iter().map(|p| E::invalid(field, json!(value), &p)).collect()
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
@@ -143,12 +137,12 @@ pub fn selector_errors(v: &Value, pointer: &str, field: &str) -> Vec<FieldError>
             "In" | "NotIn" if values.is_empty() => {
                 out.push(required(&format!("{at}.values"), "must be specified when `operator` is 'In' or 'NotIn'"))
             }
-            "Exists" | "DoesNotExist" if !values.is_empty() => out.push(forbidden(
+            "Exists" | "DoesNotExist" if !values.is_empty() => out.push(E::forbidden(
                 &format!("{at}.values"),
                 "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
             )),
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            op => out.push(invalid(&format!("{at}.operator"), json!(op), "not a valid selector operator")),
+            op => out.push(E::invalid(&format!("{at}.operator"), json!(op), "not a valid selector operator")),
         }
         let key = str_at(e, "/key");
         out.extend(each(&format!("{at}.key"), key, qualified_name_problems(key)));
@@ -181,9 +175,9 @@ pub fn port_name_problems(name: &str) -> Vec<String> {
     out
 }
 
-fn port_number(field: &str, v: Option<&Value>) -> Option<FieldError> {
-    let n = v.and_then(Value::as_i64).unwrap_or(0);
-    (!(1..=65535).contains(&n)).then(|| invalid(field, json!(n), PORT_RANGE_MSG))
+/// kube's `IsValidPortNum` of port `n` at `field`.
+pub fn port_number(field: &str, n: i64) -> Option<FieldError> {
+    (!(1..=65535).contains(&n)).then(|| E::invalid(field, json!(n), PORT_RANGE_MSG))
 }
 
 fn ip_ok(s: &str) -> bool {
@@ -200,7 +194,7 @@ fn cidr(s: &str) -> Option<(IpAddr, u8)> {
 }
 
 fn cidr_error(field: &str, s: &str) -> FieldError {
-    invalid(field, json!(s), "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)")
+    E::invalid(field, json!(s), "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)")
 }
 
 /// Whether `inner` (an address and prefix) lies within `outer` with a longer prefix.
@@ -224,7 +218,7 @@ fn strict_subset(outer: (IpAddr, u8), inner: (IpAddr, u8)) -> bool {
 fn special_ip(field: &str, s: &str) -> Option<FieldError> {
     let ip: IpAddr = match s.parse() {
         Ok(ip) => ip,
-        Err(_) => return Some(invalid(field, json!(s), "must be a valid IP address")),
+        Err(_) => return Some(E::invalid(field, json!(s), "must be a valid IP address")),
     };
     let detail = if ip.is_unspecified() {
         format!("may not be unspecified ({ip})")
@@ -243,7 +237,7 @@ fn special_ip(field: &str, s: &str) -> Option<FieldError> {
     } else {
         return None;
     };
-    Some(invalid(field, json!(s), &detail))
+    Some(E::invalid(field, json!(s), &detail))
 }
 
 /// A resource quantity's sign: `Some(-1 | 0 | 1)`, `None` if it is not one.
@@ -271,7 +265,7 @@ fn quantity_text(q: &Value) -> String {
 
 fn immutable(old: &Value, new: &Value, pointer: &str, field: &str) -> Option<FieldError> {
     let (o, n) = (old.pointer(pointer), new.pointer(pointer));
-    (o != n).then(|| invalid(field, n.cloned().unwrap_or(Value::Null), IMMUTABLE))
+    (o != n).then(|| E::invalid(field, n.cloned().unwrap_or(Value::Null), IMMUTABLE))
 }
 
 /// An int-or-percent (`ValidatePositiveIntOrPercent` and `IsNotMoreThan100Percent`).
@@ -280,14 +274,14 @@ fn int_or_percent(field: &str, v: Option<&Value>) -> Vec<FieldError> {
         Some(Value::String(s)) => {
             let digits = s.strip_suffix('%').filter(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()));
             match digits {
-                None => vec![invalid(field, json!(s), PERCENT_MSG)],
+                None => vec![E::invalid(field, json!(s), PERCENT_MSG)],
                 Some(d) if d.parse::<u64>().map_or(true, |n| n > 100) => {
-                    vec![invalid(field, json!(s), "must not be greater than 100%")]
+                    vec![E::invalid(field, json!(s), "must not be greater than 100%")]
                 }
                 Some(_) => Vec::new(),
             }
         }
-        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => vec![invalid(field, json!(n), NON_NEGATIVE)],
+        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => vec![E::invalid(field, json!(n), NON_NEGATIVE)],
         _ => Vec::new(),
     }
 }
@@ -399,7 +393,7 @@ pub fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<F
                 s
             };
             if spec(old) != spec(new) {
-                out.push(forbidden(
+                out.push(E::forbidden(
                     "spec",
                     "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
                 ));
@@ -418,7 +412,7 @@ pub fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<F
                 s
             };
             if scopes(old) != scopes(new) {
-                out.push(invalid(
+                out.push(E::invalid(
                     "spec.scopes",
                     new.pointer("/spec/scopes").cloned().unwrap_or(Value::Null),
                     IMMUTABLE,
@@ -431,7 +425,7 @@ pub fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<F
         }
         ("scheduling.k8s.io", "PriorityClass") => {
             if old.get("value") != new.get("value") {
-                out.push(forbidden("value", "may not be changed in an update."));
+                out.push(E::forbidden("value", "may not be changed in an update."));
             }
             out.extend(immutable(old, new, "/preemptionPolicy", "preemptionPolicy"));
         }
@@ -442,7 +436,7 @@ pub fn update_errors(group: &str, kind: &str, old: &Value, new: &Value) -> Vec<F
                 ("reclaimPolicy", "updates to reclaimPolicy are forbidden."),
             ] {
                 if old.get(field) != new.get(field) {
-                    out.push(forbidden(field, text));
+                    out.push(E::forbidden(field, text));
                 }
             }
             out.extend(immutable(old, new, "/volumeBindingMode", "volumeBindingMode"));
@@ -493,7 +487,7 @@ fn access_modes(v: &Value, detail: &str) -> Vec<FieldError> {
         }
     }
     if once_pod && known > 1 {
-        out.push(forbidden("spec.accessModes", "may not use ReadWriteOncePod with other access modes"));
+        out.push(E::forbidden("spec.accessModes", "may not use ReadWriteOncePod with other access modes"));
     }
     out
 }
@@ -519,7 +513,7 @@ fn claim(v: &Value) -> Vec<FieldError> {
     match v.pointer("/spec/resources/requests/storage") {
         None => out.push(required("spec.resources[storage]", "")),
         Some(q) if sign(q).is_some_and(|s| s <= 0) => {
-            out.push(invalid("spec.resources[storage]", json!(quantity_text(q)), "must be greater than zero"))
+            out.push(E::invalid("spec.resources[storage]", json!(quantity_text(q)), "must be greater than zero"))
         }
         Some(_) => {}
     }
@@ -536,7 +530,7 @@ fn claim(v: &Value) -> Vec<FieldError> {
         }
         let group = str_at(ds, "/apiGroup");
         if group.is_empty() && kind != "PersistentVolumeClaim" {
-            out.push(invalid(
+            out.push(E::invalid(
                 field,
                 json!(kind),
                 "must be 'PersistentVolumeClaim' when referencing the default apiGroup",
@@ -593,7 +587,7 @@ fn volume(v: &Value) -> Vec<FieldError> {
     }
     for (k, q) in capacity {
         if sign(q).is_some_and(|s| s <= 0) {
-            out.push(invalid(&format!("spec.capacity[{k}]"), json!(quantity_text(q)), "must be greater than zero"));
+            out.push(E::invalid(&format!("spec.capacity[{k}]"), json!(quantity_text(q)), "must be greater than zero"));
         }
     }
     let policy = str_at(v, "/spec/persistentVolumeReclaimPolicy");
@@ -608,7 +602,7 @@ fn volume(v: &Value) -> Vec<FieldError> {
     for s in VOLUME_SOURCES {
         if v.pointer(&format!("/spec/{s}")).is_some_and(|x| !x.is_null()) {
             if sources > 0 && s != "flexVolume" {
-                out.push(forbidden(&format!("spec.{s}"), "may not specify more than 1 volume type"));
+                out.push(E::forbidden(&format!("spec.{s}"), "may not specify more than 1 volume type"));
             }
             sources += 1;
         }
@@ -695,15 +689,15 @@ fn quota(v: &Value) -> Vec<FieldError> {
                 let hugepages = k.starts_with("hugepages-") || k.starts_with("requests.hugepages-");
                 if !hugepages && !QUOTA_RESOURCES.contains(&k.as_str()) {
                     if k != "storage" {
-                        out.push(invalid(&at, json!(k), "must be a standard resource type or fully qualified"));
+                        out.push(E::invalid(&at, json!(k), "must be a standard resource type or fully qualified"));
                     }
-                    out.push(invalid(&at, json!(k), "must be a standard resource for quota"));
+                    out.push(E::invalid(&at, json!(k), "must be a standard resource for quota"));
                 }
             }
             match sign(q) {
-                Some(-1) => out.push(invalid(&at, json!(quantity_text(q)), NON_NEGATIVE)),
+                Some(-1) => out.push(E::invalid(&at, json!(quantity_text(q)), NON_NEGATIVE)),
                 Some(_) if integer_resource(k) && quantity_text(q).ends_with(['m', 'u', 'n']) => {
-                    out.push(invalid(&at, json!(quantity_text(q)), "must be an integer"))
+                    out.push(E::invalid(&at, json!(quantity_text(q)), "must be an integer"))
                 }
                 _ => {}
             }
@@ -713,11 +707,11 @@ fn quota(v: &Value) -> Vec<FieldError> {
     if !scopes.is_empty() {
         let shown = v.pointer("/spec/scopes").cloned().unwrap_or(Value::Null);
         if scopes.iter().any(|s| !QUOTA_SCOPES.contains(s)) {
-            out.push(invalid("spec.scopes", shown.clone(), "unsupported scope"));
+            out.push(E::invalid("spec.scopes", shown.clone(), "unsupported scope"));
         }
         let has = |s: &str| scopes.contains(&s);
         if (has("BestEffort") && has("NotBestEffort")) || (has("Terminating") && has("NotTerminating")) {
-            out.push(invalid("spec.scopes", shown, "conflicting scopes"));
+            out.push(E::invalid("spec.scopes", shown, "conflicting scopes"));
         }
     }
     out
@@ -734,7 +728,7 @@ fn limit_range(v: &Value) -> Vec<FieldError> {
         if !problems.is_empty() {
             out.extend(each(&format!("{at}.type"), ty, problems));
         } else if !ty.contains('/') && !matches!(ty, "Pod" | "Container" | "PersistentVolumeClaim") {
-            out.push(invalid(&format!("{at}.type"), json!(ty), "must be a standard limit type or fully qualified"));
+            out.push(E::invalid(&format!("{at}.type"), json!(ty), "must be a standard limit type or fully qualified"));
         }
         if seen.contains(&ty) {
             out.push(FieldError::new(FieldErrorType::Duplicate, &format!("{at}.type"), Some(json!(ty)), ""));
@@ -743,7 +737,7 @@ fn limit_range(v: &Value) -> Vec<FieldError> {
         if ty == "Pod" {
             for f in ["default", "defaultRequest"] {
                 if l.get(f).and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
-                    out.push(forbidden(&format!("{at}.{f}"), "may not be specified when `type` is 'Pod'"));
+                    out.push(E::forbidden(&format!("{at}.{f}"), "may not be specified when `type` is 'Pod'"));
                 }
             }
         }
@@ -778,7 +772,7 @@ fn endpoints(v: &Value) -> Vec<FieldError> {
                 let field = format!("{at}.{list}[{j}].ip");
                 let ip = str_at(a, "/ip");
                 if !ip_ok(ip) {
-                    out.push(invalid(
+                    out.push(E::invalid(
                         &field,
                         json!(ip),
                         "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
@@ -806,7 +800,7 @@ fn endpoints(v: &Value) -> Vec<FieldError> {
             } else if !name.is_empty() {
                 out.extend(each(&format!("{pat}.name"), name, meta::name_problems(Names::Label, name)));
             }
-            out.extend(port_number(&format!("{pat}.port"), p.get("port")));
+            out.extend(port_number(&format!("{pat}.port"), p.get("port").and_then(Value::as_i64).unwrap_or(0)));
             out.extend(protocol(&format!("{pat}.protocol"), p.get("protocol")));
         }
     }
@@ -856,7 +850,7 @@ fn endpoint_slice(v: &Value) -> Vec<FieldError> {
             };
             if let Some((ok, text)) = family {
                 if !ok {
-                    out.push(invalid(&field, json!(a), text));
+                    out.push(E::invalid(&field, json!(a), text));
                 }
                 if !own_endpoints(v) {
                     out.extend(special_ip(&field, a));
@@ -885,7 +879,7 @@ fn ingress_backend(b: &Value, at: &str) -> Vec<FieldError> {
     let mut out = Vec::new();
     let (resource, service) = (b.get("resource").filter(|x| x.is_object()), b.get("service").filter(|x| x.is_object()));
     match (resource, service) {
-        (Some(_), Some(_)) => out.push(invalid(at, json!(""), "cannot set both resource and service backends")),
+        (Some(_), Some(_)) => out.push(E::invalid(at, json!(""), "cannot set both resource and service backends")),
         (Some(r), None) => {
             for f in ["kind", "name"] {
                 let x = str_at(r, &format!("/{f}"));
@@ -906,15 +900,15 @@ fn ingress_backend(b: &Value, at: &str) -> Vec<FieldError> {
             let port_name = str_at(s, "/port/name");
             let number = s.pointer("/port/number").and_then(Value::as_i64).unwrap_or(0);
             match (port_name.is_empty(), number != 0) {
-                (false, true) => out.push(invalid(at, json!(""), "cannot set both port name & port number")),
+                (false, true) => out.push(E::invalid(at, json!(""), "cannot set both port name & port number")),
                 (false, false) => {
                     out.extend(each(&format!("{at}.service.port.name"), port_name, port_name_problems(port_name)))
                 }
-                (true, true) => out.extend(port_number(&format!("{at}.service.port.number"), Some(&json!(number)))),
+                (true, true) => out.extend(port_number(&format!("{at}.service.port.number"), number)),
                 (true, false) => out.push(required(at, "port name or number is required")),
             }
         }
-        (None, None) => out.push(invalid(at, json!(""), "resource or service backend is required")),
+        (None, None) => out.push(E::invalid(at, json!(""), "resource or service backend is required")),
     }
     out
 }
@@ -927,7 +921,7 @@ fn ingress_host(field: &str, host: &str) -> Vec<FieldError> {
         }
     }
     if host.contains('*') {
-        return vec![invalid(field, json!(host), "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. '*.example.com', regex used for validation is '\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")];
+        return vec![E::invalid(field, json!(host), "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. '*.example.com', regex used for validation is '\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")];
     }
     each(field, host, meta::name_problems(Names::Subdomain, host))
 }
@@ -938,7 +932,7 @@ fn ingress(v: &Value) -> Vec<FieldError> {
     let rules = items(v, "/spec/rules");
     let default = v.pointer("/spec/defaultBackend").filter(|b| b.is_object());
     if rules.is_empty() && default.is_none() {
-        out.push(invalid("spec", Value::Null, "either `defaultBackend` or `rules` must be specified"));
+        out.push(E::invalid("spec", Value::Null, "either `defaultBackend` or `rules` must be specified"));
     }
     if let Some(b) = default {
         out.extend(ingress_backend(b, "spec.defaultBackend"));
@@ -948,7 +942,7 @@ fn ingress(v: &Value) -> Vec<FieldError> {
         let host = str_at(rule, "/host");
         if !host.is_empty() {
             if ip_ok(host) {
-                out.push(invalid(&format!("{at}.host"), json!(host), "must be a DNS name, not an IP address"));
+                out.push(E::invalid(&format!("{at}.host"), json!(host), "must be a DNS name, not an IP address"));
             }
             out.extend(ingress_host(&format!("{at}.host"), host));
         }
@@ -967,12 +961,12 @@ fn ingress(v: &Value) -> Vec<FieldError> {
                 }
                 Some("Exact" | "Prefix") => {
                     if !path.starts_with('/') {
-                        out.push(invalid(&format!("{pat}.path"), json!(path), "must be an absolute path"));
+                        out.push(E::invalid(&format!("{pat}.path"), json!(path), "must be an absolute path"));
                     }
                     if !path.is_empty() {
                         for seq in ["//", "/./", "/../", "%2f", "%2F"] {
                             if path.contains(seq) {
-                                out.push(invalid(
+                                out.push(E::invalid(
                                     &format!("{pat}.path"),
                                     json!(path),
                                     &format!("must not contain '{seq}'"),
@@ -981,7 +975,7 @@ fn ingress(v: &Value) -> Vec<FieldError> {
                         }
                         for suffix in ["/..", "/."] {
                             if path.ends_with(suffix) {
-                                out.push(invalid(
+                                out.push(E::invalid(
                                     &format!("{pat}.path"),
                                     json!(path),
                                     &format!("cannot end with '{suffix}'"),
@@ -992,7 +986,7 @@ fn ingress(v: &Value) -> Vec<FieldError> {
                 }
                 Some("ImplementationSpecific") => {
                     if !path.is_empty() && !path.starts_with('/') {
-                        out.push(invalid(&format!("{pat}.path"), json!(path), "must be an absolute path"));
+                        out.push(E::invalid(&format!("{pat}.path"), json!(path), "must be an absolute path"));
                     }
                 }
                 Some(other) => out.push(FieldError::not_supported(
@@ -1023,7 +1017,7 @@ fn ingress(v: &Value) -> Vec<FieldError> {
     }
     let annotation = str_at(v, "/metadata/annotations/kubernetes.io~1ingress.class");
     if !annotation.is_empty() && !class.is_empty() && annotation != class {
-        out.push(invalid(
+        out.push(E::invalid(
             "annotations.kubernetes.io/ingress.class",
             json!(annotation),
             "must match `ingressClassName` when both are specified",
@@ -1052,14 +1046,14 @@ fn ingress_class(v: &Value) -> Vec<FieldError> {
                 out.extend(each("spec.controller", host, meta::name_problems(Names::Subdomain, host)));
                 let ok = path.bytes().all(|c| c.is_ascii_alphanumeric() || b"/-._~%!$&'()*+,;=:".contains(&c));
                 if !ok {
-                    out.push(invalid(
+                    out.push(E::invalid(
                         "spec.controller",
                         json!(path),
                         "Invalid path (regex used for validation is '[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')",
                     ));
                 }
             }
-            _ => out.push(invalid(
+            _ => out.push(E::invalid(
                 "spec.controller",
                 json!(controller),
                 "must be a domain-prefixed path (such as \"acme.io/foo\")",
@@ -1087,7 +1081,7 @@ fn ingress_class(v: &Value) -> Vec<FieldError> {
             }
             Some("Cluster") => {
                 if p.get("namespace").is_some() {
-                    out.push(forbidden("spec.parameters.namespace", "`parameters.scope` is set to 'Cluster'"));
+                    out.push(E::forbidden("spec.parameters.namespace", "`parameters.scope` is set to 'Cluster'"));
                 }
             }
             Some(other) => {
@@ -1114,21 +1108,21 @@ fn network_policy(v: &Value) -> Vec<FieldError> {
                 match p.get("port") {
                     Some(Value::Number(n)) => {
                         let port = n.as_i64().unwrap_or(0);
-                        out.extend(port_number(&format!("{at}.port"), Some(&json!(port))));
+                        out.extend(port_number(&format!("{at}.port"), port));
                         if let Some(e) = end {
                             if e < port {
-                                out.push(invalid(
+                                out.push(E::invalid(
                                     &format!("{at}.endPort"),
                                     json!(e),
                                     "must be greater than or equal to `port`",
                                 ));
                             }
-                            out.extend(port_number(&format!("{at}.endPort"), Some(&json!(e))));
+                            out.extend(port_number(&format!("{at}.endPort"), e));
                         }
                     }
                     Some(Value::String(name)) => {
                         if let Some(e) = end {
-                            out.push(invalid(
+                            out.push(E::invalid(
                                 &format!("{at}.endPort"),
                                 json!(e),
                                 "may not be specified when `port` is non-numeric",
@@ -1138,7 +1132,7 @@ fn network_policy(v: &Value) -> Vec<FieldError> {
                     }
                     _ => {
                         if let Some(e) = end {
-                            out.push(invalid(
+                            out.push(E::invalid(
                                 &format!("{at}.endPort"),
                                 json!(e),
                                 "may not be specified when `port` is not specified",
@@ -1161,14 +1155,14 @@ fn network_policy(v: &Value) -> Vec<FieldError> {
                 if set.is_empty() {
                     out.push(required(&at, "must specify a peer"));
                 } else if set.len() > 1 && set.contains(&"ipBlock") {
-                    out.push(forbidden(&at, "may not specify both ipBlock and another peer"));
+                    out.push(E::forbidden(&at, "may not specify both ipBlock and another peer"));
                 }
             }
         }
     }
     let types = items(v, "/spec/policyTypes");
     if types.len() > 2 {
-        out.push(invalid("spec.policyTypes", json!(types), "may not specify more than two policyTypes"));
+        out.push(E::invalid("spec.policyTypes", json!(types), "may not specify more than two policyTypes"));
     } else {
         for (i, t) in types.iter().enumerate() {
             let t = t.as_str().unwrap_or("");
@@ -1194,7 +1188,7 @@ fn ip_block(b: &Value, at: &str) -> Vec<FieldError> {
         match cidr(e) {
             None => out.push(cidr_error(&field, e)),
             Some(inner) if !strict_subset(outer, inner) => {
-                out.push(invalid(&field, json!(e), "must be a strict subset of `cidr`"))
+                out.push(E::invalid(&field, json!(e), "must be a strict subset of `cidr`"))
             }
             Some(_) => {}
         }
@@ -1209,7 +1203,7 @@ fn disruption_budget(v: &Value) -> Vec<FieldError> {
     if min.is_some() && max.is_some() {
         // kube shows its internal struct here (with pointer addresses); keel shows the spec.
         let spec = v.get("spec").cloned().unwrap_or(Value::Null);
-        out.push(invalid("spec", spec, "minAvailable and maxUnavailable cannot be both set"));
+        out.push(E::invalid("spec", spec, "minAvailable and maxUnavailable cannot be both set"));
     }
     out.extend(int_or_percent("spec.minAvailable", min));
     out.extend(int_or_percent("spec.maxUnavailable", max));
@@ -1249,13 +1243,13 @@ fn priority_class(v: &Value) -> Vec<FieldError> {
             Some(_) => None,
         };
         if let Some(why) = why {
-            out.push(forbidden(
+            out.push(E::forbidden(
                 "metadata.name",
                 &format!("priority class names with 'system-' prefix are reserved for system use only. error: {why}"),
             ));
         }
     } else if value > HIGHEST_USER_PRIORITY {
-        out.push(forbidden("value", "maximum allowed value of a user defined priority is 1000000000"));
+        out.push(E::forbidden("value", "maximum allowed value of a user defined priority is 1000000000"));
     }
     match v.get("preemptionPolicy").and_then(Value::as_str) {
         None | Some("PreemptLowerPriority" | "Never") => {}
@@ -1282,7 +1276,7 @@ fn storage_class(v: &Value) -> Vec<FieldError> {
         let mut size = 0;
         for (k, value) in params {
             if k.is_empty() {
-                out.push(invalid("parameters", json!(""), "field can not be empty."));
+                out.push(E::invalid("parameters", json!(""), "field can not be empty."));
             }
             size += k.len() + value.as_str().map_or(0, str::len);
         }
@@ -1307,12 +1301,12 @@ fn lease(v: &Value) -> Vec<FieldError> {
     let mut out = Vec::new();
     if let Some(d) = v.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64) {
         if d <= 0 {
-            out.push(invalid("spec.leaseDurationSeconds", json!(d), "must be greater than 0"));
+            out.push(E::invalid("spec.leaseDurationSeconds", json!(d), "must be greater than 0"));
         }
     }
     if let Some(t) = v.pointer("/spec/leaseTransitions").and_then(Value::as_i64) {
         if t < 0 {
-            out.push(invalid("spec.leaseTransitions", json!(t), NON_NEGATIVE));
+            out.push(E::invalid("spec.leaseTransitions", json!(t), NON_NEGATIVE));
         }
     }
     let strategy = str_at(v, "/spec/strategy");
@@ -1324,7 +1318,7 @@ fn lease(v: &Value) -> Vec<FieldError> {
         }
     }
     if !str_at(v, "/spec/preferredHolder").is_empty() && strategy.is_empty() {
-        out.push(forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"));
+        out.push(E::forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"));
     }
     out
 }
@@ -1343,7 +1337,7 @@ fn event(v: &Value) -> Vec<FieldError> {
         (involved.is_empty() && !matches!(namespace, "" | "default")) || (!involved.is_empty() && involved != namespace)
     };
     if mismatch {
-        out.push(invalid("involvedObject.namespace", json!(involved), "does not match event.namespace"));
+        out.push(E::invalid("involvedObject.namespace", json!(involved), "does not match event.namespace"));
     }
     if has_time {
         let controller = str_at(v, "/reportingComponent");
@@ -1356,16 +1350,16 @@ fn event(v: &Value) -> Vec<FieldError> {
             if x.is_empty() {
                 out.push(required(f, ""));
             } else if x.len() > limit {
-                out.push(invalid(f, json!(""), &format!("can have at most {limit} characters")));
+                out.push(E::invalid(f, json!(""), &format!("can have at most {limit} characters")));
             }
         }
         if str_at(v, "/message").len() > 1024 {
-            out.push(invalid("message", json!(""), "can have at most 1024 characters"));
+            out.push(E::invalid("message", json!(""), "can have at most 1024 characters"));
         }
     }
     if let Some(series) = v.get("series").filter(|s| s.is_object()) {
         if series.get("count").and_then(Value::as_i64).unwrap_or(0) < 2 {
-            out.push(invalid("series.count", json!(""), "should be at least 2"));
+            out.push(E::invalid("series.count", json!(""), "should be at least 2"));
         }
         if str_at(series, "/lastObservedTime").is_empty() {
             out.push(required("series.lastObservedTime", ""));
@@ -1376,15 +1370,15 @@ fn event(v: &Value) -> Vec<FieldError> {
     }
     let ty = str_at(v, "/type");
     if !matches!(ty, "Normal" | "Warning") {
-        out.push(invalid("type", json!(""), &format!("has invalid value: {ty}")));
+        out.push(E::invalid("type", json!(""), &format!("has invalid value: {ty}")));
     }
     for f in ["firstTimestamp", "lastTimestamp", "count"] {
         if v.get(f).is_some_and(|x| !x.is_null() && x != &json!(0)) {
-            out.push(invalid(f, json!(""), "needs to be unset"));
+            out.push(E::invalid(f, json!(""), "needs to be unset"));
         }
     }
     if !str_at(v, "/source/component").is_empty() || !str_at(v, "/source/host").is_empty() {
-        out.push(invalid("source", json!(""), "needs to be unset"));
+        out.push(E::invalid("source", json!(""), "needs to be unset"));
     }
     out
 }

@@ -39,6 +39,8 @@ async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
         "--secure-port=0".into(),
         "--bind-address=127.0.0.1".into(),
         format!("--data-dir={}", dir.display()),
+        // The API server alone, as the kube-apiserver figures it is compared with.
+        "--controllers=".into(),
     ];
     if let Some(url) = etcd {
         args.push(format!("--etcd-servers={url}"));

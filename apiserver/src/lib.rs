@@ -7,6 +7,7 @@
 
 pub mod bindings;
 pub mod cache;
+pub mod control;
 pub mod deletion;
 pub mod discovery;
 pub mod events;

@@ -188,6 +188,26 @@ pub fn qos_class(v: &Value) -> &'static str {
     }
 }
 
+/// kube's DefaultTolerationSeconds admission (on by default): a new pod that does not tolerate
+/// the `not-ready` and `unreachable` NoExecute taints tolerates each for 300 s, so its node's
+/// failure evicts it after five minutes.
+pub fn default_tolerations(v: &mut Value) {
+    const SECONDS: i64 = 300;
+    let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let list = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = list.as_array_mut() else { return };
+    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        let tolerated = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            let k = t.get("key").and_then(Value::as_str).unwrap_or("");
+            (effect.is_empty() || effect == "NoExecute") && (k == key || k.is_empty())
+        });
+        if !tolerated {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": SECONDS}));
+        }
+    }
+}
+
 /// A new pod's status, as kube's strategy sets it whatever the client sent.
 pub fn new_status(v: &mut Value) {
     let qos = qos_class(v);
@@ -449,6 +469,23 @@ mod tests {
             e[0].to_string(),
             format!("spec: Forbidden: pod updates may not change fields other than {UPDATABLE}\n")
         );
+    }
+
+    #[test]
+    fn pods_tolerate_node_failure_for_five_minutes_unless_they_say_otherwise() {
+        let mut p = json!({"spec": {"tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                                     "effect": "NoExecute", "tolerationSeconds": 5}]}});
+        default_tolerations(&mut p);
+        assert_eq!(
+            p["spec"]["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ])
+        );
+        let mut all = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
+        default_tolerations(&mut all);
+        assert_eq!(all["spec"]["tolerations"].as_array().unwrap().len(), 1);
     }
 
     #[test]

@@ -690,6 +690,7 @@ fn prepare_create(r: &Resource, v: &mut Value) {
         Strategy::Secret => secret_defaults(v),
         Strategy::Pod => {
             crate::pods::defaults(v);
+            crate::pods::default_tolerations(v);
             crate::pods::new_status(v);
         }
         Strategy::Workload(w) => {
@@ -1263,6 +1264,7 @@ async fn delete_once(api: &Api, r: &Resource, at: (Option<&str>, &str), dry_run:
 }
 
 /// A request's label and field selectors.
+#[derive(Clone)]
 pub struct Selectors {
     pub labels: LabelSelector,
     pub fields: FieldSelector,

@@ -62,6 +62,13 @@ pub struct Flags {
     /// The range of services' node ports.
     #[arg(long, default_value = "30000-32767")]
     pub service_node_port_range: String,
+    /// The controllers to run (kube-controller-manager's syntax: `*` for every controller on by
+    /// default, `name` to enable one, `-name` to disable one; `kube-scheduler` is the scheduler).
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+    /// How many simulated kubelets (nodes `node-1` … `node-N`) run in this process.
+    #[arg(long, default_value_t = 0)]
+    pub simulated_nodes: usize,
     /// Where the embedded store, the made certificates and the admin kubeconfig live.
     #[arg(long, default_value = "keel-apiserver.data")]
     pub data_dir: PathBuf,
@@ -311,6 +318,7 @@ const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "
 /// Starts keel-apiserver with `flags`: the store, then HTTPS; returns once it serves.
 pub async fn start(flags: &Flags) -> Result<Running> {
     std::fs::create_dir_all(&flags.data_dir)?;
+    let controllers = crate::control::enabled(&flags.controllers).map_err(|e| anyhow::anyhow!("--controllers: {e}"))?;
     let ranges = crate::services::Ranges::parse(&flags.service_cluster_ip_range, &flags.service_node_port_range)
         .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range/--service-node-port-range: {e}"))?;
     let mut tasks = Vec::new();
@@ -394,6 +402,8 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");
     }
+    tasks.extend(crate::control::start(&api, controllers));
+    tasks.extend(crate::control::kubelet::start(&api, flags.simulated_nodes));
     if !flags.etcd_compaction_interval.is_zero() {
         tasks.push(tokio::spawn(storage.clone().compact_every(flags.etcd_compaction_interval)));
     }

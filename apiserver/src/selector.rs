@@ -107,9 +107,40 @@ impl LabelSelector {
         self.0.is_empty()
     }
 
-    /// Whether an object with `labels` (its `metadata.labels`) is selected.
+    /// A `metav1.LabelSelector` (matchLabels and matchExpressions) as requirements, as kube's
+    /// `LabelSelectorAsSelector` reads it; None for an operator it does not know (which selects
+    /// nothing there). An absent selector is the caller's to decide.
+    pub fn of_api(sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Option<LabelSelector> {
+        let mut reqs: Vec<Label> = Vec::new();
+        for (k, v) in sel.match_labels.iter().flatten() {
+            reqs.push(Label::In(k.clone(), vec![v.clone()]));
+        }
+        for e in sel.match_expressions.iter().flatten() {
+            reqs.push(requirement(&e.key, &e.operator, e.values.as_deref().unwrap_or_default())?);
+        }
+        Some(LabelSelector(reqs))
+    }
+
+    /// A node selector term's `matchExpressions` (operators In, NotIn, Exists, DoesNotExist, Gt,
+    /// Lt).
+    pub fn of_node_requirements(reqs: &[k8s_openapi::api::core::v1::NodeSelectorRequirement]) -> Option<LabelSelector> {
+        reqs.iter()
+            .map(|r| requirement(&r.key, &r.operator, r.values.as_deref().unwrap_or_default()))
+            .collect::<Option<Vec<_>>>()
+            .map(LabelSelector)
+    }
+
+    /// Whether labels held as a map are selected.
+    pub fn matches_map(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether an object with `labels` (its `metadata.labels`) (its `metadata.labels`) is selected.
     pub fn matches(&self, labels: Option<&Value>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             Label::Exists(k) => get(k).is_some(),
             Label::NotExists(k) => get(k).is_none(),
@@ -119,6 +150,21 @@ impl LabelSelector {
             Label::Lt(k, n) => get(k).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
         })
     }
+}
+
+/// One requirement of an API selector (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`).
+fn requirement(key: &str, op: &str, values: &[String]) -> Option<Label> {
+    let (k, vs) = (key.to_string(), values.to_vec());
+    let number = || values.first().and_then(|v| v.parse::<i64>().ok());
+    Some(match op {
+        "In" => Label::In(k, vs),
+        "NotIn" => Label::NotIn(k, vs),
+        "Exists" => Label::Exists(k),
+        "DoesNotExist" => Label::NotExists(k),
+        "Gt" => Label::Gt(k, number()?),
+        "Lt" => Label::Lt(k, number()?),
+        _ => return None,
+    })
 }
 
 /// A field selector: `field=value`, `field==value` or `field!=value` terms, all of which must

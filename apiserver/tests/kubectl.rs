@@ -67,6 +67,9 @@ async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
         "--secure-port=0".into(),
         "--bind-address=127.0.0.1".into(),
         format!("--data-dir={}", dir.join("apiserver").display()),
+        // The API alone, as kube-apiserver is without a controller manager: what these scenarios
+        // write (statuses, finalizers) stays as written. `tests/control.rs` runs the controllers.
+        "--controllers=".into(),
     ];
     if let Some(url) = etcd {
         args.push(format!("--etcd-servers={url}"));

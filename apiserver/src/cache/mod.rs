@@ -16,12 +16,14 @@
 pub mod reflector;
 pub mod watchers;
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -56,6 +58,18 @@ pub struct Object {
     fields: Box<[String]>,
     /// The object as a list item: compact JSON without `kind` and `apiVersion`.
     pub item: Bytes,
+    /// The object as the control plane's informers read it, decoded once into the first type
+    /// asked for and shared by every controller.
+    decoded: Decoded,
+}
+
+#[derive(Default)]
+struct Decoded(OnceLock<Arc<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for Decoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "Decoded(..)" } else { "Decoded(-)" })
+    }
 }
 
 impl Object {
@@ -75,7 +89,20 @@ impl Object {
         }
         let mut item = status::go_json(&v);
         item.pop();
-        Object { key, rev, namespace, labels, fields, item: item.into() }
+        Object { key, rev, namespace, labels, fields, item: item.into(), decoded: Decoded::default() }
+    }
+
+    /// The object as a `T` (a k8s-openapi type), decoded once and shared; None if it is not one.
+    pub fn decoded<T: DeserializeOwned + Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        let decode = || serde_json::from_slice::<T>(&self.item).ok().map(Arc::new);
+        let held = self.decoded.0.get_or_init(|| match decode() {
+            Some(t) => t,
+            None => Arc::new(()),
+        });
+        match held.clone().downcast::<T>() {
+            Ok(t) => Some(t),
+            Err(_) => decode(),
+        }
     }
 
     /// The same object with resourceVersion `rev` (a deletion's).

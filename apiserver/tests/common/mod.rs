@@ -64,7 +64,13 @@ fn spawn(dir: &std::path::Path, client: &str, peer: &str) -> Child {
 /// `--etcd-servers`), and a kube-rs client of it through the kubeconfig it wrote.
 pub async fn apiserver(dir: &std::path::Path, extra: &[String]) -> (keel_apiserver::run::Running, kube::Client) {
     use kube::config::{KubeConfigOptions, Kubeconfig};
-    let mut args = vec!["keel-apiserver".to_string(), "--secure-port=0".into(), "--bind-address=127.0.0.1".into()];
+    // The API alone unless `extra` asks for controllers (a flag given twice takes its last value).
+    let mut args = vec![
+        "keel-apiserver".to_string(),
+        "--secure-port=0".into(),
+        "--bind-address=127.0.0.1".into(),
+        "--controllers=".into(),
+    ];
     args.push(format!("--data-dir={}", dir.display()));
     args.extend(extra.iter().cloned());
     let flags = <keel_apiserver::run::Flags as clap::Parser>::parse_from(args);

@@ -107,6 +107,8 @@ pub struct Api {
     pub ranges: std::sync::Arc<crate::services::Ranges>,
     /// The leases events expire with (`--event-ttl`).
     pub events: std::sync::Arc<crate::storage::Leases>,
+    /// The kube-proxies of the nodes this process simulates (`--simulated-nodes`).
+    pub proxies: crate::control::proxy::Proxies,
 }
 
 impl Api {

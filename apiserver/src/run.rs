@@ -66,6 +66,10 @@ pub struct Flags {
     /// default, `name` to enable one, `-name` to disable one; `kube-scheduler` is the scheduler).
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+    /// How long a node's kubelet may stay silent before the node lifecycle controller marks the
+    /// node unreachable (a Go duration).
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: Duration,
     /// How many simulated kubelets (nodes `node-1` … `node-N`) run in this process.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: usize,
@@ -348,6 +352,7 @@ pub async fn start(flags: &Flags) -> Result<Running> {
         caches,
         ranges: std::sync::Arc::new(ranges),
         events: std::sync::Arc::new(crate::storage::Leases::new(flags.event_ttl)),
+        proxies: Default::default(),
     };
 
     let listener = tokio::net::TcpListener::bind((flags.bind_address, flags.secure_port)).await?;
@@ -402,7 +407,8 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");
     }
-    tasks.extend(crate::control::start(&api, controllers));
+    let settings = crate::control::Settings { node_monitor_grace_period: flags.node_monitor_grace_period };
+    tasks.extend(crate::control::start(&api, controllers, settings));
     tasks.extend(crate::control::kubelet::start(&api, flags.simulated_nodes));
     if !flags.etcd_compaction_interval.is_zero() {
         tasks.push(tokio::spawn(storage.clone().compact_every(flags.etcd_compaction_interval)));

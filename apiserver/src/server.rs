@@ -120,6 +120,17 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
         ["apis", g, v] if read => return found(discovery::resource_list(g, v)),
         _ => {}
     }
+    // A node's proxy path reaches the simulated node (its kube-proxy's table) in process.
+    if let ["api", "v1", "nodes", node, "proxy", tail @ ..] = segs.as_slice() {
+        if !read {
+            let gr = status::GroupResource { group: "", resource: "nodes/proxy" };
+            return rest::failure(status::method_not_supported(parts.method.as_str(), gr));
+        }
+        return match crate::control::proxy::answer(&s.api.proxies, node, tail) {
+            Ok(v) => doc(&v, "application/json"),
+            Err(e) => rest::failure(e),
+        };
+    }
     let (group, version, rest) = match segs.as_slice() {
         ["api", "v1", rest @ ..] => ("", "v1", rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),

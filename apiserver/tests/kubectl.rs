@@ -3,63 +3,12 @@
 //! for the same requests (the served slice: namespaces, configmaps and secrets; get, list,
 //! create, update, delete).
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 mod common;
 
+use common::{Kubectl, DEADLINE, KUBECTL};
 use keel_apiserver::run::{start, Flags, Running};
-
-/// kubectl 1.32, pinned by path (plain `kubectl` runs the minor matching the server).
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
-const DEADLINE: Duration = Duration::from_secs(60);
-
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-    files: PathBuf,
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Kubectl {
-    async fn run(&self, args: &[&str]) -> Out {
-        let mut cmd = tokio::process::Command::new(KUBECTL);
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache).args(args);
-        cmd.env("HOME", &self.cache).kill_on_drop(true);
-        let out = tokio::time::timeout(DEADLINE, cmd.output()).await.expect("kubectl finished").expect("kubectl ran");
-        Out {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// Runs kubectl, which must succeed; its output.
-    async fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args).await;
-        assert!(o.ok, "kubectl {args:?} failed: {}{}", o.stdout, o.stderr);
-        o.stdout
-    }
-
-    /// Runs kubectl, which must fail; what it printed on stderr.
-    async fn fails(&self, args: &[&str]) -> String {
-        let o = self.run(args).await;
-        assert!(!o.ok, "kubectl {args:?} succeeded: {}", o.stdout);
-        o.stderr
-    }
-
-    /// Writes `json` to a file named `name`; its path.
-    fn file(&self, name: &str, json: serde_json::Value) -> String {
-        let p = self.files.join(name);
-        std::fs::write(&p, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
-        p.to_str().unwrap().to_string()
-    }
-}
 
 async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
     let mut args = vec![

@@ -1,4 +1,4 @@
-//! Simulated kubelets, like kwok's but in process: each registers a Node (capacity, allocatable,
+//! Simulated kubelets (each with its kube-proxy, `proxy`), like kwok's but in process: each registers a Node (capacity, allocatable,
 //! addresses, a podCIDR, a zone), renews its node Lease every 10 s and posts its status as a
 //! kubelet does, and runs the pods bound to it: Pending → Running with container statuses, pod
 //! IPs from its podCIDR and Ready conditions; a pod being deleted goes when its grace period
@@ -69,7 +69,18 @@ pub fn start(api: &Api, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
         .map(|i| {
             let name = node_name(i);
             let client = Client::new(api.clone(), &format!("system:node:{name}"));
-            tokio::spawn(Kubelet::new(client, i).run())
+            let proxier = super::proxy::Proxier::new(&name, &node_ip(i).to_string());
+            api.proxies.write().insert(name.clone(), proxier.clone());
+            let proxies = api.proxies.clone();
+            let proxy = proxier.run(client.as_user(&format!("system:kube-proxy:{name}")));
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = Kubelet::new(client, i).run() => {}
+                    _ = proxy => {}
+                }
+                // A node gone (deleted through the API) takes its kube-proxy with it.
+                proxies.write().remove(&name);
+            })
         })
         .collect()
 }

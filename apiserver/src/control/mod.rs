@@ -16,6 +16,7 @@ pub mod leader;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod proxy;
 pub mod queue;
 pub mod record;
 pub mod replicaset;
@@ -58,7 +59,14 @@ impl Binary {
     }
 }
 
-type Run = fn(Client) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+type Run = fn(Client, &Settings) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the controllers are configured with (kube-controller-manager's flags of those names).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--node-monitor-grace-period`.
+    pub node_monitor_grace_period: std::time::Duration,
+}
 
 /// One controller: kube-controller-manager's name for it and the older alias `--controllers`
 /// also takes.
@@ -76,67 +84,67 @@ pub const CONTROLLERS: &[Controller] = &[
         name: "deployment-controller",
         alias: "deployment",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(deployment::run(c)),
+        run: |c, _| Box::pin(deployment::run(c)),
     },
     Controller {
         name: "replicaset-controller",
         alias: "replicaset",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(replicaset::run(c)),
+        run: |c, _| Box::pin(replicaset::run(c)),
     },
     Controller {
         name: "replicationcontroller-controller",
         alias: "replicationcontroller",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(replicaset::run_rc(c)),
+        run: |c, _| Box::pin(replicaset::run_rc(c)),
     },
     Controller {
         name: "garbage-collector-controller",
         alias: "garbagecollector",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(gc::run(c)),
+        run: |c, _| Box::pin(gc::run(c)),
     },
     Controller {
         name: "endpointslice-controller",
         alias: "endpointslice",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(endpoints::run_slices(c)),
+        run: |c, _| Box::pin(endpoints::run_slices(c)),
     },
     Controller {
         name: "endpoints-controller",
         alias: "endpoint",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(endpoints::run_endpoints(c)),
+        run: |c, _| Box::pin(endpoints::run_endpoints(c)),
     },
     Controller {
         name: "namespace-controller",
         alias: "namespace",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(namespace::run(c)),
+        run: |c, _| Box::pin(namespace::run(c)),
     },
     Controller {
         name: "serviceaccount-controller",
         alias: "serviceaccount",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(serviceaccount::run(c)),
+        run: |c, _| Box::pin(serviceaccount::run(c)),
     },
     Controller {
         name: "node-lifecycle-controller",
         alias: "nodelifecycle",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(nodelifecycle::run(c)),
+        run: |c, s| Box::pin(nodelifecycle::run(c, s.node_monitor_grace_period)),
     },
     Controller {
         name: "pod-garbage-collector-controller",
         alias: "podgc",
         binary: Binary::ControllerManager,
-        run: |c| Box::pin(podgc::run(c)),
+        run: |c, _| Box::pin(podgc::run(c)),
     },
     Controller {
         name: "kube-scheduler",
         alias: "scheduler",
         binary: Binary::Scheduler,
-        run: |c| Box::pin(scheduler::run(c)),
+        run: |c, _| Box::pin(scheduler::run(c)),
     },
 ];
 
@@ -165,7 +173,7 @@ pub fn enabled(flag: &[String]) -> Result<Vec<&'static Controller>, String> {
 }
 
 /// Starts the enabled controllers, each binary's under its leader election; the tasks.
-pub fn start(api: &Api, controllers: Vec<&'static Controller>) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn start(api: &Api, controllers: Vec<&'static Controller>, settings: Settings) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for binary in [Binary::ControllerManager, Binary::Scheduler] {
         let mine: Vec<_> = controllers.iter().copied().filter(|c| c.binary == binary).collect();
@@ -173,6 +181,7 @@ pub fn start(api: &Api, controllers: Vec<&'static Controller>) -> Vec<tokio::tas
             continue;
         }
         let client = Client::new(api.clone(), binary.user());
+        let settings = settings.clone();
         let (leading, mut leads) = tokio::sync::watch::channel(false);
         let candidate = leader::Candidate::new(client.clone(), binary.lease(), leader::identity());
         tasks.push(tokio::spawn(candidate.run(leading)));
@@ -183,7 +192,7 @@ pub fn start(api: &Api, controllers: Vec<&'static Controller>) -> Vec<tokio::tas
                 }
                 let mut running = tokio::task::JoinSet::new();
                 for c in &mine {
-                    running.spawn((c.run)(client.clone()));
+                    running.spawn((c.run)(client.clone(), &settings));
                 }
                 let _ = leads.wait_for(|l| !*l).await;
                 running.abort_all();

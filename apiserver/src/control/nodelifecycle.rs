@@ -1,6 +1,6 @@
 //! Node lifecycle (kube's `nodelifecycle` controller) and NoExecute taint eviction (kube's
 //! `taint-eviction-controller`). A node whose kubelet neither renewed its Lease nor posted status
-//! for `GRACE` (kube's `--node-monitor-grace-period`, measured on this side's clock from when
+//! for `--node-monitor-grace-period` (kube's default 40 s, measured on this side's clock from when
 //! either last changed) gets its conditions set Unknown ("Kubelet stopped posting node status."),
 //! its pods marked not ready, and the `node.kubernetes.io/unreachable` taints (NoSchedule and
 //! NoExecute); a NotReady node gets the `not-ready` ones; a node Ready again loses them. A pod
@@ -21,8 +21,6 @@ use super::record::Recorder;
 use super::Failure;
 use crate::meta;
 
-/// How long a silent kubelet is given (`--node-monitor-grace-period`).
-pub const GRACE: Duration = Duration::from_secs(40);
 /// How often nodes are looked at (`--node-monitor-period`).
 const PERIOD: Duration = Duration::from_secs(5);
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
@@ -34,7 +32,7 @@ struct Seen {
     at: Instant,
 }
 
-pub async fn run(client: Client) {
+pub async fn run(client: Client, grace: Duration) {
     let recorder = Recorder::new(client.clone(), "node-controller", None);
     let seen: Mutex<HashMap<String, Seen>> = Mutex::default();
     let evictions = Arc::new(super::record::Recorder::new(
@@ -46,7 +44,7 @@ pub async fn run(client: Client) {
     loop {
         if last_monitor.is_none_or(|t| t.elapsed() >= PERIOD) {
             last_monitor = Some(Instant::now());
-            if let Err(e) = monitor(&client, &recorder, &seen).await {
+            if let Err(e) = monitor(&client, &recorder, &seen, grace).await {
                 tracing::debug!(error = %e, "node monitoring");
             }
         }
@@ -65,7 +63,12 @@ fn ready_status(node: &Value) -> Option<String> {
     conditions(node).iter().find(|c| c["type"] == "Ready").and_then(|c| c["status"].as_str().map(str::to_string))
 }
 
-async fn monitor(client: &Client, recorder: &Recorder, seen: &Mutex<HashMap<String, Seen>>) -> Result<(), Failure> {
+async fn monitor(
+    client: &Client,
+    recorder: &Recorder,
+    seen: &Mutex<HashMap<String, Seen>>,
+    grace: Duration,
+) -> Result<(), Failure> {
     let (nodes, leases) = (resource("", "v1", "nodes"), resource("coordination.k8s.io", "v1", "leases"));
     let all = client.cached_list(nodes, None);
     let names: Vec<String> = all.iter().map(|o| super::informer::key_of(o)).collect();
@@ -84,7 +87,7 @@ async fn monitor(client: &Client, recorder: &Recorder, seen: &Mutex<HashMap<Stri
             if entry.beat != beat {
                 *entry = Seen { beat, at: Instant::now() };
             }
-            entry.at.elapsed() > GRACE
+            entry.at.elapsed() > grace
         };
         let ready = ready_status(&node);
         if silent && ready.as_deref() != Some("Unknown") {

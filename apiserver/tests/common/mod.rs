@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// A free port on 127.0.0.1.
 pub fn port() -> u16 {
@@ -78,4 +80,55 @@ pub async fn apiserver(dir: &std::path::Path, extra: &[String]) -> (keel_apiserv
     let kubeconfig = Kubeconfig::read_from(&running.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
     (running, kube::Client::try_from(config).unwrap())
+}
+
+/// kubectl 1.32, pinned by path (plain `kubectl` runs the minor matching the server).
+pub const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub struct Kubectl {
+    pub kubeconfig: PathBuf,
+    pub cache: PathBuf,
+    pub files: PathBuf,
+}
+
+pub struct Out {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Kubectl {
+    pub async fn run(&self, args: &[&str]) -> Out {
+        let mut cmd = tokio::process::Command::new(KUBECTL);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache).args(args);
+        cmd.env("HOME", &self.cache).kill_on_drop(true);
+        let out = tokio::time::timeout(DEADLINE, cmd.output()).await.expect("kubectl finished").expect("kubectl ran");
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs kubectl, which must succeed; its output.
+    pub async fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args).await;
+        assert!(o.ok, "kubectl {args:?} failed: {}{}", o.stdout, o.stderr);
+        o.stdout
+    }
+
+    /// Runs kubectl, which must fail; what it printed on stderr.
+    pub async fn fails(&self, args: &[&str]) -> String {
+        let o = self.run(args).await;
+        assert!(!o.ok, "kubectl {args:?} succeeded: {}", o.stdout);
+        o.stderr
+    }
+
+    /// Writes `json` to a file named `name`; its path.
+    pub fn file(&self, name: &str, json: serde_json::Value) -> String {
+        let p = self.files.join(name);
+        std::fs::write(&p, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+        p.to_str().unwrap().to_string()
+    }
 }

@@ -1,0 +1,349 @@
+//! The control plane end to end through kubectl 1.32 (issue 28's demo): three simulated nodes; a
+//! Deployment of five replicas spread over them; a deleted pod replaced; a node that stops
+//! heartbeating losing its pods to the others within their toleration; the Service's
+//! EndpointSlice and every node's kube-proxy table following each change; a rollout to a new
+//! image completing under `kubectl rollout status`; the Deployment's deletion collecting its
+//! ReplicaSets and pods. And the scheduler's refusal and its retry when the cluster changes.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+mod common;
+
+use common::Kubectl;
+use keel_apiserver::run::{start, Flags, Running};
+use serde_json::{json, Value};
+
+/// How long the control plane gets to make each change real.
+const SETTLE: Duration = Duration::from_secs(90);
+const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
+
+async fn serve(dir: &Path) -> Running {
+    let args = [
+        "keel-apiserver".to_string(),
+        "--secure-port=0".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--data-dir={}", dir.join("apiserver").display()),
+        "--simulated-nodes=3".into(),
+        // A silent node is noticed after 4 s (kube's default is 40 s).
+        "--node-monitor-grace-period=4s".into(),
+    ];
+    start(&<Flags as clap::Parser>::parse_from(args)).await.expect("keel-apiserver starts")
+}
+
+/// Polls `check` until it gives a value, at most `SETTLE`; panics with `what` and the last
+/// answer otherwise.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if tokio::time::Instant::now() > deadline => panic!("{what}: still {last}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+async fn json_of(k: &Kubectl, args: &[&str]) -> Value {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&k.ok(&all).await).expect("kubectl prints JSON")
+}
+
+/// The app's pods: (name, node, podIP, ready, being deleted, image).
+async fn pods(k: &Kubectl) -> Vec<(String, String, String, bool, bool, String)> {
+    let list = json_of(k, &["get", "pods", "-l", "app=web"]).await;
+    let text = |p: &Value, at: &str| p.pointer(at).and_then(Value::as_str).unwrap_or("").to_string();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let ready = p
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            let running = text(p, "/status/phase") == "Running";
+            (
+                text(p, "/metadata/name"),
+                text(p, "/spec/nodeName"),
+                text(p, "/status/podIP"),
+                ready && running,
+                p.pointer("/metadata/deletionTimestamp").is_some(),
+                text(p, "/spec/containers/0/image"),
+            )
+        })
+        .collect()
+}
+
+/// The serving pods' addresses (ready and not being deleted), once there are `n`.
+async fn serving(k: &Kubectl, n: usize) -> BTreeSet<String> {
+    eventually(&format!("{n} serving pods"), || async {
+        let ps = pods(k).await;
+        let up: BTreeSet<String> = ps.iter().filter(|p| p.3 && !p.4).map(|p| format!("{}:80", p.2)).collect();
+        if up.len() == n {
+            Ok(up)
+        } else {
+            Err(format!("{ps:?}"))
+        }
+    })
+    .await
+}
+
+/// Waits until the Service's EndpointSlice and every node's kube-proxy table send its traffic
+/// to exactly `backends`.
+async fn traffic_goes_to(k: &Kubectl, backends: &BTreeSet<String>) {
+    eventually("the EndpointSlice to follow", || async {
+        let slices = json_of(k, &["get", "endpointslices", "-l", "kubernetes.io/service-name=web"]).await;
+        let ready: BTreeSet<String> = slices["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e.pointer("/conditions/ready") == Some(&json!(true)))
+            .map(|e| format!("{}:80", e["addresses"][0].as_str().unwrap()))
+            .collect();
+        if &ready == backends {
+            Ok(())
+        } else {
+            Err(format!("{ready:?}"))
+        }
+    })
+    .await;
+    for node in NODES {
+        eventually(&format!("{node}'s kube-proxy to follow"), || async {
+            let path = format!("/api/v1/nodes/{node}/proxy/services/default/web");
+            let table: Value = serde_json::from_str(&k.ok(&["get", "--raw", &path]).await).unwrap();
+            let rules = table.pointer("/services/0/rules").and_then(Value::as_array).cloned().unwrap_or_default();
+            let cluster: Option<BTreeSet<String>> = rules
+                .iter()
+                .find(|r| r["kind"] == "ClusterIP")
+                .map(|r| r["backends"].as_array().unwrap().iter().map(|b| b.as_str().unwrap().to_string()).collect());
+            if cluster.as_ref() == Some(backends) {
+                Ok(())
+            } else {
+                Err(format!("{table}"))
+            }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warehouse_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = serve(dir.path()).await;
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let k = Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files };
+
+    eventually("three Ready nodes", || async {
+        let nodes = k.ok(&["get", "nodes", "--no-headers"]).await;
+        let ready = nodes.lines().filter(|l| l.split_whitespace().nth(1) == Some("Ready")).count();
+        if ready == 3 {
+            Ok(())
+        } else {
+            Err(nodes)
+        }
+    })
+    .await;
+
+    // A Deployment of five replicas reaches five Running pods spread over the nodes.
+    let web = k.file(
+        "web.json",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 5,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                         "effect": "NoExecute", "tolerationSeconds": 2}],
+                        "containers": [{"name": "nginx", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}],
+                    },
+                },
+            },
+        }),
+    );
+    assert_eq!(k.ok(&["apply", "-f", &web]).await, "deployment.apps/web created\n");
+    let status = k.ok(&["rollout", "status", "deploy/web", "--timeout=90s"]).await;
+    assert!(status.ends_with("deployment \"web\" successfully rolled out\n"), "{status}");
+    let first = serving(&k, 5).await;
+    let ps = pods(&k).await;
+    let per_node: Vec<usize> = NODES.iter().map(|n| ps.iter().filter(|p| p.1 == *n).count()).collect();
+    assert!(per_node.iter().all(|c| (1..=2).contains(c)), "spread over the nodes: {per_node:?}");
+
+    // The Service's EndpointSlice and every node's kube-proxy table follow.
+    assert_eq!(k.ok(&["expose", "deploy", "web", "--port=80"]).await, "service/web exposed\n");
+    traffic_goes_to(&k, &first).await;
+
+    // Deleting a pod brings a new one.
+    let gone = ps[0].0.clone();
+    k.ok(&["delete", "pod", &gone, "--wait=false"]).await;
+    let after_delete = eventually("a replacement pod", || async {
+        let ps = pods(&k).await;
+        let up: BTreeSet<String> = ps.iter().filter(|p| p.3 && !p.4).map(|p| format!("{}:80", p.2)).collect();
+        if up.len() == 5 && !ps.iter().any(|p| p.0 == gone) {
+            Ok(up)
+        } else {
+            Err(format!("{ps:?}"))
+        }
+    })
+    .await;
+    traffic_goes_to(&k, &after_delete).await;
+
+    // A node that stops heartbeating loses its pods to the others within their toleration.
+    let victim = pods(&k).await.iter().find(|p| !p.1.is_empty()).map(|p| p.1.clone()).unwrap();
+    k.ok(&["annotate", "node", &victim, "keel.dev/heartbeat=stopped"]).await;
+    eventually("the silent node to go NotReady", || async {
+        let ready =
+            k.ok(&["get", "node", &victim, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]).await;
+        let taints = k.ok(&["get", "node", &victim, "-o", "jsonpath={.spec.taints[*].key}"]).await;
+        if ready == "Unknown" && taints.contains("node.kubernetes.io/unreachable") {
+            Ok(())
+        } else {
+            Err(format!("{ready} {taints}"))
+        }
+    })
+    .await;
+    let moved = eventually("the pods to move off the silent node", || async {
+        let ps = pods(&k).await;
+        let up: Vec<_> = ps.iter().filter(|p| p.3 && !p.4).collect();
+        if up.len() == 5 && up.iter().all(|p| p.1 != victim) {
+            Ok(up.iter().map(|p| format!("{}:80", p.2)).collect::<BTreeSet<_>>())
+        } else {
+            Err(format!("{ps:?}"))
+        }
+    })
+    .await;
+    traffic_goes_to(&k, &moved).await;
+    k.ok(&["annotate", "node", &victim, "keel.dev/heartbeat-"]).await;
+    eventually("the node to come back", || async {
+        let ready =
+            k.ok(&["get", "node", &victim, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]).await;
+        let taints = k.ok(&["get", "node", &victim, "-o", "jsonpath={.spec.taints}"]).await;
+        if ready == "True" && taints.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{ready} {taints}"))
+        }
+    })
+    .await;
+
+    // A rollout to a new image completes.
+    k.ok(&["set", "image", "deploy/web", "nginx=nginx:1.26"]).await;
+    let status = k.ok(&["rollout", "status", "deploy/web", "--timeout=90s"]).await;
+    assert!(status.ends_with("deployment \"web\" successfully rolled out\n"), "{status}");
+    let rolled = eventually("every pod on the new image", || async {
+        let ps = pods(&k).await;
+        let up: Vec<_> = ps.iter().filter(|p| p.3 && !p.4).collect();
+        if up.len() == 5 && up.iter().all(|p| p.5 == "nginx:1.26") && ps.iter().all(|p| p.5 == "nginx:1.26" || p.4) {
+            Ok(up.iter().map(|p| format!("{}:80", p.2)).collect::<BTreeSet<_>>())
+        } else {
+            Err(format!("{ps:?}"))
+        }
+    })
+    .await;
+    traffic_goes_to(&k, &rolled).await;
+    let sets = k.ok(&["get", "rs", "-l", "app=web", "-o", "jsonpath={.items[*].spec.replicas}"]).await;
+    let mut sizes: Vec<&str> = sets.split_whitespace().collect();
+    sizes.sort();
+    assert_eq!(sizes, ["0", "5"], "the old ReplicaSet is kept, scaled to zero");
+    let history = k.ok(&["rollout", "history", "deploy/web"]).await;
+    assert!(history.contains("1         <none>") && history.contains("2         <none>"), "{history}");
+
+    // Deleting the Deployment collects its ReplicaSets and pods.
+    assert_eq!(k.ok(&["delete", "deploy", "web"]).await, "deployment.apps \"web\" deleted\n");
+    eventually("the ReplicaSets and pods to be collected", || async {
+        let left = k.ok(&["get", "rs,pods", "-l", "app=web", "-o", "name"]).await;
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(left)
+        }
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_fits_nowhere_waits_for_the_cluster_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = serve(dir.path()).await;
+    let k =
+        Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files: dir.path().into() };
+    eventually("three nodes", || async {
+        let n = k.ok(&["get", "nodes", "-o", "name"]).await;
+        if n.lines().count() == 3 {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    })
+    .await;
+    for n in NODES {
+        assert_eq!(k.ok(&["cordon", n]).await, format!("node/{n} cordoned\n"));
+    }
+    k.ok(&["run", "lonely", "--image=nginx", "--restart=Never"]).await;
+    let expected = "0/3 nodes are available: 3 node(s) were unschedulable. preemption: 0/3 nodes are available: 3 \
+                    Preemption is not helpful for scheduling.";
+    eventually("the scheduler's refusal", || async {
+        let cond = k
+            .ok(&[
+                "get",
+                "pod",
+                "lonely",
+                "-o",
+                "jsonpath={.status.conditions[0].reason}|{.status.conditions[0].message}",
+            ])
+            .await;
+        let events = k
+            .ok(&["get", "events", "--field-selector", "reason=FailedScheduling", "-o", "jsonpath={.items[*].message}"])
+            .await;
+        if cond == format!("Unschedulable|{expected}") && events.contains(expected) {
+            Ok(())
+        } else {
+            Err(format!("{cond} / {events}"))
+        }
+    })
+    .await;
+    k.ok(&["uncordon", "node-3"]).await;
+    eventually("the pod to be placed once a node opens", || async {
+        let at = k.ok(&["get", "pod", "lonely", "-o", "jsonpath={.spec.nodeName} {.status.phase}"]).await;
+        if at == "node-3 Running" {
+            Ok(())
+        } else {
+            Err(at)
+        }
+    })
+    .await;
+    // A batch pod's command decides how it ends.
+    k.ok(&["run", "fails", "--image=busybox", "--restart=Never", "--", "sh", "-c", "exit 3"]).await;
+    eventually("the failing pod to fail with its exit code", || async {
+        let got = k
+            .ok(&[
+                "get",
+                "pod",
+                "fails",
+                "-o",
+                "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.exitCode}",
+            ])
+            .await;
+        if got == "Failed 3" {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    })
+    .await;
+    running.stop().await;
+}

@@ -164,6 +164,22 @@ impl Client {
         self.call(r, Method::DELETE, target, &[], Some(("application/json", json_body(options)))).await
     }
 
+    /// Makes `status` the object's status through its `status` subresource (the object's
+    /// resourceVersion the precondition), unless it already is; an object gone meanwhile is no
+    /// error.
+    pub async fn put_status(&self, r: &'static Resource, object: &Value, status: Value) -> Result<(), Failure> {
+        if object.get("status").cloned().unwrap_or_else(|| serde_json::json!({})) == status {
+            return Ok(());
+        }
+        let mut updated = object.clone();
+        updated["status"] = status;
+        let ns = Some(crate::meta::get(object, "namespace")).filter(|n| !n.is_empty());
+        match self.update(r, ns, crate::meta::get(object, "name"), Some("status"), &updated).await {
+            Err(e) if !e.is("NotFound") => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Posts to a subresource of the object (`binding`, `eviction`).
     pub async fn post_sub<T: Serialize>(
         &self,

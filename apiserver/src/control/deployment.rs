@@ -139,7 +139,7 @@ fn unhashed(rs: &Value) -> Value {
 
 /// Whether two templates are the same as kube's semantic equality sees them: an empty or
 /// absent field (null, `{}`, `[]`) is no field.
-fn same_template(a: &Value, b: &Value) -> bool {
+pub fn same_template(a: &Value, b: &Value) -> bool {
     fn pruned(v: &Value) -> Option<Value> {
         match v {
             Value::Null => None,
@@ -654,19 +654,7 @@ impl Controller {
             conditions.sort_by_key(|c| old.iter().position(|o| o["type"] == c["type"]).unwrap_or(usize::MAX));
         }
         status["conditions"] = Value::Array(conditions);
-        if d.get("status") == Some(&status) {
-            return Ok(());
-        }
-        let mut updated_d = d.clone();
-        updated_d["status"] = status;
-        match self
-            .client
-            .update(deployments, Some(meta::get(d, "namespace")), meta::get(d, "name"), Some("status"), &updated_d)
-            .await
-        {
-            Err(e) if !e.is("NotFound") => Err(e),
-            _ => Ok(()),
-        }
+        self.client.put_status(deployments, d, status).await
     }
 }
 

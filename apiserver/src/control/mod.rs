@@ -7,10 +7,14 @@
 //! `--simulated-nodes` starts them.
 
 pub mod client;
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
+pub mod expectations;
 pub mod gc;
 pub mod informer;
+pub mod job;
 pub mod kubelet;
 pub mod leader;
 pub mod namespace;
@@ -20,8 +24,10 @@ pub mod proxy;
 pub mod queue;
 pub mod record;
 pub mod replicaset;
+pub mod revisions;
 pub mod scheduler;
 pub mod serviceaccount;
+pub mod ttl;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -97,6 +103,30 @@ pub const CONTROLLERS: &[Controller] = &[
         alias: "replicationcontroller",
         binary: Binary::ControllerManager,
         run: |c, _| Box::pin(replicaset::run_rc(c)),
+    },
+    Controller {
+        name: "daemonset-controller",
+        alias: "daemonset",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(daemonset::run(c)),
+    },
+    Controller {
+        name: "job-controller",
+        alias: "job",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(job::run(c)),
+    },
+    Controller {
+        name: "cronjob-controller",
+        alias: "cronjob",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(cronjob::run(c)),
+    },
+    Controller {
+        name: "ttl-after-finished-controller",
+        alias: "ttl-after-finished",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(ttl::run(c)),
     },
     Controller {
         name: "garbage-collector-controller",

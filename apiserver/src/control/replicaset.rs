@@ -7,14 +7,13 @@
 //! Expectations (kube's `ControllerExpectations`) keep a sync from acting again on what the
 //! watch cache does not show yet.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::client::{resource, Client};
+use super::expectations::Expectations;
 use super::informer::{self, key_of, split_key, Change};
 use super::record::Recorder;
 use super::{Failure, Queue};
@@ -22,8 +21,6 @@ use crate::meta;
 use crate::resources::Resource;
 use crate::rest::Selectors;
 
-/// How long unmet expectations hold a controller back (kube's `ExpectationsTimeout`).
-const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 /// The most pods one sync creates or deletes (kube's `BurstReplicas`).
 const BURST: usize = 500;
 
@@ -67,26 +64,12 @@ impl Flavor {
     }
 }
 
-/// Pending creations and deletions of one owner.
-#[derive(Default, Clone, Copy)]
-struct Expect {
-    adds: i64,
-    dels: i64,
-    set: Option<Instant>,
-}
-
-impl Expect {
-    fn met(&self) -> bool {
-        (self.adds <= 0 && self.dels <= 0) || self.set.is_none_or(|t| t.elapsed() > EXPECTATIONS_TIMEOUT)
-    }
-}
-
 pub struct Controller {
     flavor: Flavor,
     client: Client,
     recorder: Recorder,
     queue: Queue,
-    expectations: Mutex<HashMap<String, Expect>>,
+    expectations: Expectations,
 }
 
 pub async fn run(client: Client) {
@@ -99,11 +82,12 @@ pub async fn run_rc(client: Client) {
 
 async fn run_flavor(client: Client, flavor: Flavor) {
     let recorder = Recorder::new(client.clone(), flavor.name, None);
-    let c = Arc::new(Controller { flavor, client, recorder, queue: Queue::new(), expectations: Mutex::default() });
+    let c =
+        Arc::new(Controller { flavor, client, recorder, queue: Queue::new(), expectations: Expectations::default() });
     let me = c.clone();
     let owners = informer::run(c.client.cache(flavor.resource()).clone(), Selectors::everything(), move |ch| {
         if let Change::Deleted(o) = &ch {
-            me.expectations.lock().remove(&key_of(o));
+            me.expectations.forget(&key_of(o));
         }
         me.queue.add(key_of(ch.object()))
     });
@@ -181,28 +165,9 @@ impl Controller {
         }
         for owner in owners {
             if controller_of(&v).is_some_and(|(k, _, _)| k == self.flavor.kind) {
-                let mut ex = self.expectations.lock();
-                if let Some(e) = ex.get_mut(&owner) {
-                    if matches!(ch, Change::Added(_)) {
-                        e.adds -= 1;
-                    }
-                    if deleted || now_deleting {
-                        e.dels -= 1;
-                    }
-                }
+                self.expectations.observe(&owner, &ch, now_deleting);
             }
             self.queue.add(owner);
-        }
-    }
-
-    fn expect(&self, key: &str, adds: i64, dels: i64) {
-        self.expectations.lock().insert(key.to_string(), Expect { adds, dels, set: Some(Instant::now()) });
-    }
-
-    fn lower(&self, key: &str, adds: i64, dels: i64) {
-        if let Some(e) = self.expectations.lock().get_mut(key) {
-            e.adds -= adds;
-            e.dels -= dels;
         }
     }
 
@@ -211,7 +176,7 @@ impl Controller {
         let pods = resource("", "v1", "pods");
         let (ns, name) = split_key(key);
         let Some(o) = self.client.cached(r, ns, name) else {
-            self.expectations.lock().remove(key);
+            self.expectations.forget(key);
             return Ok(());
         };
         let owner = o.value(r);
@@ -243,7 +208,7 @@ impl Controller {
                 _ => {}
             }
         }
-        let met = self.expectations.lock().get(key).is_none_or(Expect::met);
+        let met = self.expectations.met(key);
         let mut failure = None;
         if met && !deleting {
             let want = owner.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as usize;
@@ -264,7 +229,7 @@ impl Controller {
         let ns = meta::get(owner, "namespace").to_string();
         if mine.len() < want {
             let n = (want - mine.len()).min(BURST);
-            self.expect(key, n as i64, 0);
+            self.expectations.expect(key, n as i64, 0);
             let template = owner.pointer("/spec/template").cloned().unwrap_or(Value::Null);
             let mut made = 0usize;
             let mut batch = 1usize;
@@ -279,7 +244,7 @@ impl Controller {
                 made += size;
                 if failed > 0 {
                     // Those never made, and the batches not tried, are not expected.
-                    self.lower(key, (failed + n - made) as i64, 0);
+                    self.expectations.lower(key, (failed + n - made) as i64, 0);
                     return Err(results.into_iter().find_map(Result::err).expect("a failure"));
                 }
                 batch *= 2;
@@ -288,7 +253,7 @@ impl Controller {
             let n = (mine.len() - want).min(BURST);
             let mut ranked: Vec<&Value> = mine.iter().collect();
             ranked.sort_by_key(|p| rank(p));
-            self.expect(key, 0, n as i64);
+            self.expectations.expect(key, 0, n as i64);
             let deletes = ranked.into_iter().take(n).map(|p| {
                 let name = meta::get(p, "name").to_string();
                 let ns = ns.clone();
@@ -305,11 +270,11 @@ impl Controller {
                             Ok(())
                         }
                         Err(e) if e.is("NotFound") => {
-                            self.lower(key, 0, 1);
+                            self.expectations.lower(key, 0, 1);
                             Ok(())
                         }
                         Err(e) => {
-                            self.lower(key, 0, 1);
+                            self.expectations.lower(key, 0, 1);
                             Err(e)
                         }
                     }
@@ -400,16 +365,7 @@ impl Controller {
         if min_ready > 0 && avail < ready {
             self.queue.add_after(key, Duration::from_secs(min_ready as u64));
         }
-        if owner.get("status") == Some(&status) {
-            return Ok(());
-        }
-        let mut updated = owner.clone();
-        updated["status"] = status;
-        let (ns, name) = (meta::get(owner, "namespace"), meta::get(owner, "name"));
-        match self.client.update(r, Some(ns), name, Some("status"), &updated).await {
-            Err(e) if !e.is("NotFound") => Err(e),
-            _ => Ok(()),
-        }
+        self.client.put_status(r, owner, status).await
     }
 }
 

@@ -479,9 +479,15 @@ pub fn tolerates(tolerations: &[Toleration], t: &Taint) -> bool {
 
 /// Whether the node passes the pod's nodeSelector and required node affinity.
 fn node_affinity_holds(pod: &Pod, n: &NodeInfo) -> bool {
+    fits_node_affinity(pod, &n.node)
+}
+
+/// Whether `node` passes the pod's nodeSelector and required node affinity (kube's NodeAffinity
+/// filter, which the DaemonSet controller also asks).
+pub fn fits_node_affinity(pod: &Pod, node: &Node) -> bool {
     let Some(spec) = &pod.spec else { return true };
     let empty = BTreeMap::new();
-    let labels = n.node.metadata.labels.as_ref().unwrap_or(&empty);
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     if let Some(sel) = &spec.node_selector {
         if sel.iter().any(|(k, v)| labels.get(k) != Some(v)) {
             return false;
@@ -494,21 +500,21 @@ fn node_affinity_holds(pod: &Pod, n: &NodeInfo) -> bool {
         .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
     match required {
         None => true,
-        Some(r) => r.node_selector_terms.iter().any(|t| term_matches(t, n)),
+        Some(r) => r.node_selector_terms.iter().any(|t| term_matches(t, node)),
     }
 }
 
-fn term_matches(t: &k8s_openapi::api::core::v1::NodeSelectorTerm, n: &NodeInfo) -> bool {
+fn term_matches(t: &k8s_openapi::api::core::v1::NodeSelectorTerm, node: &Node) -> bool {
     let (exprs, fields) =
         (t.match_expressions.as_deref().unwrap_or_default(), t.match_fields.as_deref().unwrap_or_default());
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
     let empty = BTreeMap::new();
-    let labels = n.node.metadata.labels.as_ref().unwrap_or(&empty);
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let by_labels = LabelSelector::of_node_requirements(exprs).is_some_and(|s| s.matches_map(labels));
     let name: BTreeMap<String, String> =
-        [("metadata.name".to_string(), n.node.metadata.name.clone().unwrap_or_default())].into();
+        [("metadata.name".to_string(), node.metadata.name.clone().unwrap_or_default())].into();
     by_labels && LabelSelector::of_node_requirements(fields).is_some_and(|s| s.matches_map(&name))
 }
 
@@ -697,7 +703,7 @@ fn score(st: &State, pod: &PodInfo, n: &NodeInfo, fits: &[&str]) -> i64 {
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
-        .map_or(0, |ts| ts.iter().filter(|t| term_matches(&t.preference, n)).map(|t| i64::from(t.weight)).sum());
+        .map_or(0, |ts| ts.iter().filter(|t| term_matches(&t.preference, &n.node)).map(|t| i64::from(t.weight)).sum());
     let node_affinity = preferred.min(100);
     // TaintToleration: untolerated PreferNoSchedule taints cost (weight 3).
     let tolerations = spec.tolerations.clone().unwrap_or_default();

@@ -3,7 +3,8 @@
 //! heartbeating losing its pods to the others within their toleration; the Service's
 //! EndpointSlice and every node's kube-proxy table following each change; a rollout to a new
 //! image completing under `kubectl rollout status`; the Deployment's deletion collecting its
-//! ReplicaSets and pods. And the scheduler's refusal and its retry when the cluster changes.
+//! ReplicaSets and pods. And the scheduler's refusal and its retry when the cluster changes; Jobs,
+//! CronJobs, DaemonSets and StatefulSets.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -345,5 +346,135 @@ async fn a_pod_that_fits_nowhere_waits_for_the_cluster_to_change() {
         }
     })
     .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_daemon_and_stateful_workloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = serve(dir.path()).await;
+    let k =
+        Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files: dir.path().into() };
+    eventually("three nodes", || async {
+        let n = k.ok(&["get", "nodes", "-o", "name"]).await;
+        if n.lines().count() == 3 {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    })
+    .await;
+    // A CronJob running every minute: its first Job is checked at the end.
+    k.ok(&["create", "cronjob", "tick", "--image=busybox", "--schedule=* * * * *", "--", "true"]).await;
+
+    // Jobs end as their commands do.
+    k.ok(&["create", "job", "ok", "--image=busybox", "--", "true"]).await;
+    assert_eq!(
+        k.ok(&["wait", "--for=condition=complete", "job/ok", "--timeout=60s"]).await,
+        "job.batch/ok condition met\n"
+    );
+    let bad = k.file(
+        "bad.json",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bad"}, "spec": {"backoffLimit": 0,
+               "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["false"]}]}}}}),
+    );
+    k.ok(&["create", "-f", &bad]).await;
+    assert_eq!(
+        k.ok(&["wait", "--for=condition=failed", "job/bad", "--timeout=60s"]).await,
+        "job.batch/bad condition met\n"
+    );
+    let why = k
+        .ok(&[
+            "get",
+            "job",
+            "bad",
+            "-o",
+            "jsonpath={.status.failed} {.status.conditions[?(@.type==\"Failed\")].reason}",
+        ])
+        .await;
+    assert_eq!(why, "1 BackoffLimitExceeded");
+    let indexed = k.file(
+        "indexed.json",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "indexed"}, "spec": {
+            "completions": 3, "parallelism": 2, "completionMode": "Indexed", "ttlSecondsAfterFinished": 1,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "1"]}]}}}}),
+    );
+    k.ok(&["create", "-f", &indexed]).await;
+    assert_eq!(
+        k.ok(&["wait", "--for=condition=complete", "job/indexed", "--timeout=60s"]).await,
+        "job.batch/indexed condition met\n"
+    );
+    // Finished, it goes after its TTL (and its pods with it).
+    eventually("the finished Job to be collected after its TTL", || async {
+        let left = k.ok(&["get", "jobs,pods", "-l", "batch.kubernetes.io/job-name=indexed", "-o", "name"]).await;
+        let job = k.run(&["get", "job", "indexed"]).await;
+        if left.is_empty() && !job.ok {
+            Ok(())
+        } else {
+            Err(left)
+        }
+    })
+    .await;
+
+    // A DaemonSet runs one pod on every node.
+    let agent = k.file(
+        "agent.json",
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"}, "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "a", "image": "fluentd:1"}]}}}}),
+    );
+    k.ok(&["create", "-f", &agent]).await;
+    let status = k.ok(&["rollout", "status", "ds/agent", "--timeout=60s"]).await;
+    assert!(status.ends_with("daemon set \"agent\" successfully rolled out\n"), "{status}");
+    let nodes = k.ok(&["get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[*].spec.nodeName}"]).await;
+    let mut nodes: Vec<&str> = nodes.split_whitespace().collect();
+    nodes.sort();
+    assert_eq!(nodes, NODES);
+
+    // A StatefulSet makes its pods in order, each with its claim, and removes them from the top.
+    let web = k.file(
+        "sts.json",
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"}, "spec": {
+            "replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "d", "image": "postgres:16"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}]}}),
+    );
+    k.ok(&["create", "-f", &web]).await;
+    let status = k.ok(&["rollout", "status", "sts/db", "--timeout=60s"]).await;
+    assert!(status.contains("partitioned roll out complete") || status.contains("roll out complete"), "{status}");
+    let names = k
+        .ok(&["get", "pods", "-l", "app=db", "-o", "jsonpath={.items[*].metadata.name} {.items[*].spec.hostname}"])
+        .await;
+    assert_eq!(names, "db-0 db-1 db-2 db-0 db-1 db-2");
+    let claims = k.ok(&["get", "pvc", "-o", "jsonpath={.items[*].metadata.name}"]).await;
+    assert_eq!(claims, "data-db-0 data-db-1 data-db-2");
+    k.ok(&["scale", "sts", "db", "--replicas=1"]).await;
+    eventually("the set to shrink from the top", || async {
+        let names = k.ok(&["get", "pods", "-l", "app=db", "-o", "jsonpath={.items[*].metadata.name}"]).await;
+        if names == "db-0" {
+            Ok(())
+        } else {
+            Err(names)
+        }
+    })
+    .await;
+
+    // The CronJob's first run.
+    eventually("the CronJob to run a Job", || async {
+        let jobs = k
+            .ok(&["get", "jobs", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.succeeded}{\"\\n\"}{end}"])
+            .await;
+        if jobs.lines().any(|l| l.starts_with("tick-") && l.ends_with(" 1")) {
+            Ok(())
+        } else {
+            Err(jobs)
+        }
+    })
+    .await;
+    let last = k.ok(&["get", "cronjob", "tick", "-o", "jsonpath={.status.lastScheduleTime}"]).await;
+    assert!(last.ends_with(":00Z"), "scheduled on the minute: {last}");
     running.stop().await;
 }

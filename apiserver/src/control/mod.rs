@@ -27,6 +27,7 @@ pub mod replicaset;
 pub mod revisions;
 pub mod scheduler;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod ttl;
 
 use std::future::Future;
@@ -109,6 +110,12 @@ pub const CONTROLLERS: &[Controller] = &[
         alias: "daemonset",
         binary: Binary::ControllerManager,
         run: |c, _| Box::pin(daemonset::run(c)),
+    },
+    Controller {
+        name: "statefulset-controller",
+        alias: "statefulset",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(statefulset::run(c)),
     },
     Controller {
         name: "job-controller",

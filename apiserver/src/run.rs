@@ -115,6 +115,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The admin kubeconfig written at start.
     pub kubeconfig: PathBuf,
+    /// The API in this process (benches and tests reach the caches and simulated nodes through it).
+    pub api: Api,
     stop: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     member: Option<Arc<keel_store::node::Member>>,
@@ -424,7 +426,7 @@ pub async fn start(flags: &Flags) -> Result<Running> {
         let _ = keel_store::server::serve_with(incoming, router, shutdown).await;
     }));
     tracing::info!(%addr, kubeconfig = %kubeconfig_path.display(), "keel-apiserver serving");
-    Ok(Running { addr, kubeconfig: kubeconfig_path, stop, tasks, member })
+    Ok(Running { addr, kubeconfig: kubeconfig_path, api, stop, tasks, member })
 }
 
 #[cfg(test)]

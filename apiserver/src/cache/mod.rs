@@ -61,6 +61,9 @@ pub struct Object {
     /// The object as the control plane's informers read it, decoded once into the first type
     /// asked for and shared by every controller.
     decoded: Decoded,
+    /// The object as JSON (with `kind` and `apiVersion`), decoded once when a controller first
+    /// reads it and shared.
+    json: OnceLock<Arc<Value>>,
 }
 
 #[derive(Default)]
@@ -89,7 +92,16 @@ impl Object {
         }
         let mut item = status::go_json(&v);
         item.pop();
-        Object { key, rev, namespace, labels, fields, item: item.into(), decoded: Decoded::default() }
+        Object {
+            key,
+            rev,
+            namespace,
+            labels,
+            fields,
+            item: item.into(),
+            decoded: Decoded::default(),
+            json: OnceLock::new(),
+        }
     }
 
     /// The object as a `T` (a k8s-openapi type), decoded once and shared; None if it is not one.
@@ -112,12 +124,25 @@ impl Object {
         Self::of(r, self.key.clone(), v, rev)
     }
 
-    /// The object as clients see it.
+    /// The object as clients see it (decoded anew, unless a controller's read kept it).
     pub fn value(&self, r: &Resource) -> Value {
+        match self.json.get() {
+            Some(v) => (**v).clone(),
+            None => self.parse(r),
+        }
+    }
+
+    fn parse(&self, r: &Resource) -> Value {
         match serde_json::from_slice(&self.item) {
             Ok(Value::Object(m)) => r.with_type(m),
             _ => Value::Null,
         }
+    }
+
+    /// The object as clients see it, decoded once and shared: what the control plane's
+    /// controllers read (the watch cache's own paths decode as they need, and keep nothing).
+    pub fn json(&self, r: &Resource) -> Arc<Value> {
+        self.json.get_or_init(|| Arc::new(self.parse(r))).clone()
     }
 
     /// Its JSON with `kind` and `apiVersion` first, as a GET or a watch event writes it.

@@ -114,9 +114,10 @@ impl Controller {
             .client
             .cached_list(pods, ns)
             .iter()
-            .map(|p| p.value(pods))
+            .map(|p| p.json(pods))
             .filter(|p| controller_of(p).is_some_and(|(_, _, u)| u == uid))
             .filter(|p| !matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed")))
+            .map(|p| (*p).clone())
             .collect();
         let in_use: Vec<String> = mine.iter().map(|p| revisions::hash_of_pod(p).to_string()).collect();
         let (hash, _) = revisions::current(&self.client, &ds, "DaemonSet", "apps/v1", &in_use).await?;

@@ -98,10 +98,10 @@ impl Controller {
     fn pod_changed(&self, ch: Change) {
         let (services, pods) = (resource("", "v1", "services"), resource("", "v1", "pods"));
         let ns = ch.object().namespace.clone();
-        let now = ch.object().value(pods);
-        let before = ch.old().map(|o| o.value(pods));
+        let now = ch.object().json(pods);
+        let before = ch.old().map(|o| o.json(pods));
         for s in self.client.cached_list(services, Some(&ns)) {
-            let sv = s.value(services);
+            let sv = s.json(services);
             let Some(sel) = selector(&sv) else { continue };
             if selects(&sel, &now) || before.as_ref().is_some_and(|b| selects(&sel, b)) {
                 self.queue.add(key_of(&s));
@@ -310,7 +310,7 @@ fn endpoints(client: &Client, svc: &Value, sel: &BTreeMap<String, String>) -> Gr
     let publish = svc.pointer("/spec/publishNotReadyAddresses") == Some(&json!(true));
     let mut groups: Groups = BTreeMap::new();
     for p in client.cached_list(pods, Some(ns)) {
-        let pod = p.value(pods);
+        let pod = p.json(pods);
         let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
         let ip = pod.pointer("/status/podIP").and_then(Value::as_str).unwrap_or("");
         if !selects(sel, &pod) || ip.is_empty() || phase == "Succeeded" || phase == "Failed" {

@@ -65,14 +65,14 @@ impl Expectations {
 pub async fn owned_pods(client: Client, kind: &'static str, queue: Queue, expectations: Arc<Expectations>) {
     let pods = resource("", "v1", "pods");
     informer::run(client.cache(pods).clone(), Selectors::everything(), move |ch: Change| {
-        let v = ch.object().value(pods);
+        let v = ch.object().json(pods);
         let Some((k, name, _)) = super::replicaset::controller_of(&v) else { return };
         if k != kind {
             return;
         }
         let key = format!("{}/{name}", ch.object().namespace);
         let deleting_now = v.pointer("/metadata/deletionTimestamp").is_some()
-            && ch.old().is_some_and(|o| o.value(pods).pointer("/metadata/deletionTimestamp").is_none());
+            && ch.old().is_some_and(|o| o.json(pods).pointer("/metadata/deletionTimestamp").is_none());
         expectations.observe(&key, &ch, deleting_now);
         queue.add(key);
     })

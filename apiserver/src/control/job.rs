@@ -131,8 +131,9 @@ impl Controller {
             .client
             .cached_list(pods, ns)
             .iter()
-            .map(|p| p.value(pods))
+            .map(|p| p.json(pods))
             .filter(|p| controller_of(p).is_some_and(|(_, _, u)| u == uid))
+            .map(|p| (*p).clone())
             .collect();
         let mut status = job.get("status").cloned().unwrap_or_else(|| json!({}));
         let uncounted = status.get("uncountedTerminatedPods").cloned().unwrap_or_else(|| json!({}));

@@ -136,7 +136,7 @@ pub fn available(p: &Value, min_ready: i64) -> bool {
 impl Controller {
     fn pod_changed(&self, ch: Change) {
         let pods = resource("", "v1", "pods");
-        let v = ch.object().value(pods);
+        let v = ch.object().json(pods);
         let ns = ch.object().namespace.clone();
         let deleted = matches!(ch, Change::Deleted(_));
         let now_deleting = v.pointer("/metadata/deletionTimestamp").is_some()
@@ -149,7 +149,7 @@ impl Controller {
         } else if !deleted {
             // An orphan: every owner whose selector selects it may adopt it.
             for o in self.client.cached_list(self.flavor.resource(), Some(&ns)) {
-                let ov = o.value(self.flavor.resource());
+                let ov = o.json(self.flavor.resource());
                 if crate::workloads::selects(&self.flavor.selector(&ov), v.pointer("/metadata/labels")) {
                     owners.push(key_of(&o));
                 }
@@ -157,7 +157,7 @@ impl Controller {
         }
         // A pod whose labels changed may also leave its old owner's selection.
         if let Some(old) = ch.old() {
-            if let Some((kind, name, _)) = controller_of(&old.value(pods)) {
+            if let Some((kind, name, _)) = controller_of(&old.json(pods)) {
                 if kind == self.flavor.kind && !owners.contains(&format!("{ns}/{name}")) {
                     owners.push(format!("{ns}/{name}"));
                 }
@@ -186,7 +186,7 @@ impl Controller {
         // Claim: pods it controls that it still selects, and orphans it selects (adopted).
         let mut mine = Vec::new();
         for p in self.client.cached_list(pods, ns) {
-            let pv = p.value(pods);
+            let pv = p.json(pods);
             if !active(&pv) {
                 continue;
             }
@@ -224,7 +224,7 @@ impl Controller {
     }
 
     /// Creates or deletes pods until `want` are active.
-    async fn manage(&self, key: &str, owner: &Value, mine: &[Value], want: usize) -> Result<(), Failure> {
+    async fn manage(&self, key: &str, owner: &Value, mine: &[Arc<Value>], want: usize) -> Result<(), Failure> {
         let pods = resource("", "v1", "pods");
         let ns = meta::get(owner, "namespace").to_string();
         if mine.len() < want {
@@ -251,7 +251,7 @@ impl Controller {
             }
         } else if mine.len() > want {
             let n = (mine.len() - want).min(BURST);
-            let mut ranked: Vec<&Value> = mine.iter().collect();
+            let mut ranked: Vec<&Value> = mine.iter().map(|p| p.as_ref()).collect();
             ranked.sort_by_key(|p| rank(p));
             self.expectations.expect(key, 0, n as i64);
             let deletes = ranked.into_iter().take(n).map(|p| {
@@ -317,7 +317,7 @@ impl Controller {
         &self,
         key: &str,
         owner: &Value,
-        mine: &[Value],
+        mine: &[Arc<Value>],
         failure: Option<&Failure>,
     ) -> Result<(), Failure> {
         let r = self.flavor.resource();

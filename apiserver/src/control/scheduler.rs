@@ -339,7 +339,7 @@ impl Scheduler {
         }
     }
 
-    async fn schedule(&self, key: &str) -> Result<(), Failure> {
+    async fn schedule(self: &Arc<Self>, key: &str) -> Result<(), Failure> {
         let pods = resource("", "v1", "pods");
         let (ns, name) = split_key(key);
         let Some(o) = self.client.cached(pods, ns, name) else { return Ok(()) };
@@ -364,22 +364,27 @@ impl Scheduler {
                     "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node},
                 });
-                match self.client.post_sub(pods, ns, name, "binding", &binding).await {
-                    Ok(_) => {
-                        let v = o.value(pods);
-                        let message = format!("Successfully assigned {}/{name} to {node}", ns.unwrap_or(""));
-                        self.recorder.event(&v, "Pod", "Normal", "Scheduled", message);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        self.state.lock().unplace(key);
-                        // Gone, or bound by someone else meanwhile: nothing left to do.
-                        if e.is("NotFound") || e.code == 409 {
-                            return Ok(());
+                // The binding goes on its own while the next pod is decided (kube's binding
+                // cycle): the pod counts on its node from now on.
+                let (me, key, name, ns) = (self.clone(), key.to_string(), name.to_string(), ns.map(str::to_string));
+                tokio::spawn(async move {
+                    match me.client.post_sub(pods, ns.as_deref(), &name, "binding", &binding).await {
+                        Ok(_) => {
+                            let v = o.value(pods);
+                            let message = format!("Successfully assigned {}/{name} to {node}", ns.unwrap_or_default());
+                            me.recorder.event(&v, "Pod", "Normal", "Scheduled", message);
                         }
-                        Err(e)
+                        Err(e) => {
+                            me.state.lock().unplace(&key);
+                            // Gone, or bound by someone else meanwhile: nothing left to do.
+                            if !(e.is("NotFound") || e.code == 409) {
+                                tracing::info!(pod = key, error = %e, "binding failed; retrying");
+                                me.queue.retry(&key);
+                            }
+                        }
                     }
-                }
+                });
+                Ok(())
             }
             Err(message) => {
                 self.state.lock().unschedulable.insert(key.to_string());
@@ -424,11 +429,12 @@ fn decide(st: &State, pod: &Pod) -> Result<String, String> {
         return Err("no nodes available to schedule pods".into());
     }
     let info = PodInfo::of(Arc::new(pod.clone()));
+    let prep = Prep::of(st, &info);
     let mut fits = Vec::new();
     let mut refusals: BTreeMap<String, usize> = BTreeMap::new();
     let mut resolvable = 0;
     for (name, n) in &st.nodes {
-        match filter(st, &info, n) {
+        match filter(&prep, n) {
             Ok(()) => fits.push(name.as_str()),
             Err(r) => {
                 resolvable += usize::from(r.resolvable);
@@ -456,7 +462,7 @@ fn decide(st: &State, pod: &Pod) -> Result<String, String> {
             histogram(&preemption)
         ));
     }
-    let scores: Vec<(i64, &str)> = fits.iter().map(|n| (score(st, &info, &st.nodes[*n], &fits), *n)).collect();
+    let scores: Vec<(i64, &str)> = fits.iter().map(|n| (score(&prep, &st.nodes[*n]), *n)).collect();
     let best = scores.iter().map(|(s, _)| *s).max().unwrap_or(0);
     let top: Vec<&str> = scores.iter().filter(|(s, _)| *s == best).map(|(_, n)| *n).collect();
     Ok(top[rand::rng().random_range(0..top.len())].to_string())
@@ -519,15 +525,15 @@ fn term_matches(t: &k8s_openapi::api::core::v1::NodeSelectorTerm, node: &Node) -
 }
 
 /// Kube's filters in order; the first that refuses the node decides.
-fn filter(st: &State, pod: &PodInfo, n: &NodeInfo) -> Result<(), Refusal> {
-    let spec = pod.pod.spec.clone().unwrap_or_default();
-    let tolerations = spec.tolerations.clone().unwrap_or_default();
-    let node_spec = n.node.spec.clone().unwrap_or_default();
+fn filter(prep: &Prep, n: &NodeInfo) -> Result<(), Refusal> {
+    let (pod, spec) = (prep.pod, &prep.spec);
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    let node_spec = n.node.spec.as_ref();
     // NodeUnschedulable.
-    if node_spec.unschedulable == Some(true) {
+    if node_spec.and_then(|s| s.unschedulable) == Some(true) {
         let t =
             Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Default::default() };
-        if !tolerates(&tolerations, &t) {
+        if !tolerates(tolerations, &t) {
             return Err(refuse("node(s) were unschedulable"));
         }
     }
@@ -538,8 +544,8 @@ fn filter(st: &State, pod: &PodInfo, n: &NodeInfo) -> Result<(), Refusal> {
         }
     }
     // TaintToleration.
-    for t in node_spec.taints.iter().flatten() {
-        if (t.effect == "NoSchedule" || t.effect == "NoExecute") && !tolerates(&tolerations, t) {
+    for t in node_spec.and_then(|s| s.taints.as_ref()).into_iter().flatten() {
+        if (t.effect == "NoSchedule" || t.effect == "NoExecute") && !tolerates(tolerations, t) {
             return Err(refuse(format!(
                 "node(s) had untolerated taint {{{}: {}}}",
                 t.key,
@@ -581,50 +587,167 @@ fn filter(st: &State, pod: &PodInfo, n: &NodeInfo) -> Result<(), Refusal> {
         return Err(Refusal { reasons: short, resolvable: true });
     }
     // PodTopologySpread (hard constraints).
-    for c in spec.topology_spread_constraints.iter().flatten().filter(|c| c.when_unsatisfiable == "DoNotSchedule") {
-        let Some(domain) = n.label(&c.topology_key) else {
+    for c in &prep.hard_spread {
+        let Some(domain) = n.label(&c.key) else {
             return Err(refuse("node(s) didn't match pod topology spread constraints (missing required label)"));
         };
-        let counts = spread_counts(st, pod, &c.topology_key, c.label_selector.as_ref());
-        let min = counts.values().copied().min().unwrap_or(0);
-        let own = usize::from(selects(c.label_selector.as_ref(), &pod.labels));
-        let here = counts.get(domain).copied().unwrap_or(0);
-        if (here + own) as i64 - min as i64 > i64::from(c.max_skew) {
+        let here = c.counts.get(domain).copied().unwrap_or(0);
+        if (here + c.own) as i64 - c.min as i64 > c.max_skew {
             return Err(refuse("node(s) didn't match pod topology spread constraints"));
         }
     }
     // InterPodAffinity: existing pods' anti-affinity, then the pod's affinity and anti-affinity.
-    for other_node in st.nodes.values() {
-        for other in other_node.pods.values() {
-            for t in required_terms(&other.pod, false) {
-                if term_selects(st, t, &other.namespace, pod) && same_domain(n, other_node, &t.topology_key) {
-                    return Err(refuse("node(s) didn't satisfy existing pods anti-affinity rules"));
-                }
-            }
-        }
+    let in_domain = |d: &Domains| n.label(&d.key).is_some_and(|v| d.values.contains(v));
+    if prep.forbidden.iter().any(in_domain) {
+        return Err(refuse("node(s) didn't satisfy existing pods anti-affinity rules"));
     }
-    let affinity = required_terms(&pod.pod, true);
-    for t in affinity {
-        let matched_anywhere =
-            st.nodes.values().flat_map(|x| x.pods.values()).any(|o| term_selects(st, t, &pod.namespace, o));
-        let here = st.nodes.values().any(|x| {
-            same_domain(n, x, &t.topology_key) && x.pods.values().any(|o| term_selects(st, t, &pod.namespace, o))
-        });
+    for (d, first) in &prep.affinity {
         // The first pod of a group that selects itself may go anywhere the topology key exists.
-        let first = !matched_anywhere && term_selects(st, t, &pod.namespace, pod) && n.label(&t.topology_key).is_some();
-        if !here && !first {
+        let first_here = *first && n.label(&d.key).is_some();
+        if !in_domain(d) && !first_here {
             return Err(refuse("node(s) didn't match pod affinity rules"));
         }
     }
-    for t in required_terms(&pod.pod, false) {
-        let clash = st.nodes.values().any(|x| {
-            same_domain(n, x, &t.topology_key) && x.pods.values().any(|o| term_selects(st, t, &pod.namespace, o))
-        });
-        if clash {
-            return Err(refuse("node(s) didn't match pod anti-affinity rules"));
-        }
+    if prep.anti.iter().any(in_domain) {
+        return Err(refuse("node(s) didn't match pod anti-affinity rules"));
     }
     Ok(())
+}
+
+/// Topology domains: values of one node label.
+struct Domains {
+    key: String,
+    values: HashSet<String>,
+}
+
+/// A hard topology spread constraint, counted over the cluster.
+struct Spread {
+    key: String,
+    max_skew: i64,
+    counts: HashMap<String, usize>,
+    min: usize,
+    /// Whether the pod itself counts (its constraint selects it).
+    own: usize,
+}
+
+/// What one decision computes once over the cluster before it looks at each node (kube's
+/// PreFilter and PreScore states), so that each node's filters and scores cost little.
+struct Prep<'a> {
+    pod: &'a PodInfo,
+    spec: k8s_openapi::api::core::v1::PodSpec,
+    /// Domains where an existing pod's required anti-affinity selects this pod.
+    forbidden: Vec<Domains>,
+    /// The pod's required affinity terms: domains holding a pod they select, and whether it may
+    /// go first (nothing matches yet and it selects itself).
+    affinity: Vec<(Domains, bool)>,
+    /// The pod's required anti-affinity terms: domains holding a pod they select.
+    anti: Vec<Domains>,
+    hard_spread: Vec<Spread>,
+    /// Soft spread constraints: key and counts per domain.
+    soft_spread: Vec<(String, HashMap<String, usize>)>,
+    /// Preferred pod (anti-)affinity: signed weight, key, matching pods per domain.
+    preferred: Vec<(i64, String, HashMap<String, i64>)>,
+    /// Pods of the same controller per node and per zone (kube's default spreading).
+    siblings_by_node: HashMap<String, i64>,
+    siblings_by_zone: HashMap<String, i64>,
+}
+
+impl<'a> Prep<'a> {
+    fn of(st: &'a State, pod: &'a PodInfo) -> Prep<'a> {
+        let spec = pod.pod.spec.clone().unwrap_or_default();
+        let all = || st.nodes.values().flat_map(|n| n.pods.values().map(move |p| (n, p)));
+        let domains = |key: &str, pick: &dyn Fn(&PodInfo) -> bool| Domains {
+            key: key.to_string(),
+            values: all().filter(|(_, p)| pick(p)).filter_map(|(n, _)| n.label(key).map(str::to_string)).collect(),
+        };
+        let mut forbidden = Vec::new();
+        for (n, other) in all() {
+            for t in required_terms(&other.pod, false) {
+                if term_selects(st, t, &other.namespace, pod) {
+                    if let Some(v) = n.label(&t.topology_key) {
+                        forbidden.push(Domains { key: t.topology_key.clone(), values: HashSet::from([v.to_string()]) });
+                    }
+                }
+            }
+        }
+        let affinity = required_terms(&pod.pod, true)
+            .iter()
+            .map(|t| {
+                let d = domains(&t.topology_key, &|o| term_selects(st, t, &pod.namespace, o));
+                let anywhere = all().any(|(_, o)| term_selects(st, t, &pod.namespace, o));
+                (d, !anywhere && term_selects(st, t, &pod.namespace, pod))
+            })
+            .collect();
+        let anti = required_terms(&pod.pod, false)
+            .iter()
+            .map(|t| domains(&t.topology_key, &|o| term_selects(st, t, &pod.namespace, o)))
+            .collect();
+        let constraints = spec.topology_spread_constraints.clone().unwrap_or_default();
+        let hard_spread = constraints
+            .iter()
+            .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
+            .map(|c| {
+                let counts = spread_counts(st, pod, &c.topology_key, c.label_selector.as_ref());
+                Spread {
+                    key: c.topology_key.clone(),
+                    max_skew: i64::from(c.max_skew),
+                    min: counts.values().copied().min().unwrap_or(0),
+                    own: usize::from(selects(c.label_selector.as_ref(), &pod.labels)),
+                    counts,
+                }
+            })
+            .collect();
+        let soft_spread = constraints
+            .iter()
+            .filter(|c| c.when_unsatisfiable == "ScheduleAnyway")
+            .map(|c| (c.topology_key.clone(), spread_counts(st, pod, &c.topology_key, c.label_selector.as_ref())))
+            .collect();
+        let a = spec.affinity.as_ref();
+        let weighted = [
+            (
+                a.and_then(|a| a.pod_affinity.as_ref())
+                    .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref()),
+                1,
+            ),
+            (
+                a.and_then(|a| a.pod_anti_affinity.as_ref())
+                    .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref()),
+                -1,
+            ),
+        ];
+        let mut preferred = Vec::new();
+        for (terms, sign) in weighted {
+            for w in terms.into_iter().flatten() {
+                let t = &w.pod_affinity_term;
+                let mut counts: HashMap<String, i64> = HashMap::new();
+                for (n, o) in all() {
+                    if let Some(v) = n.label(&t.topology_key).filter(|_| term_selects(st, t, &pod.namespace, o)) {
+                        *counts.entry(v.to_string()).or_default() += 1;
+                    }
+                }
+                preferred.push((sign * i64::from(w.weight), t.topology_key.clone(), counts));
+            }
+        }
+        let (mut siblings_by_node, mut siblings_by_zone) = (HashMap::new(), HashMap::new());
+        if let Some(owner) = &pod.owner {
+            for (n, _) in all().filter(|(_, o)| o.owner.as_ref() == Some(owner)) {
+                *siblings_by_node.entry(n.label(HOSTNAME).unwrap_or("").to_string()).or_default() += 1;
+                *siblings_by_zone.entry(n.label(ZONE).unwrap_or("").to_string()).or_default() += 1;
+            }
+        }
+        Prep {
+            pod,
+            spec,
+            forbidden,
+            affinity,
+            anti,
+            hard_spread,
+            soft_spread,
+            preferred,
+            siblings_by_node,
+            siblings_by_zone,
+        }
+    }
 }
 
 /// A pod's required affinity (`affinity`) or anti-affinity terms.
@@ -638,11 +761,6 @@ fn required_terms(pod: &Pod, affinity: bool) -> &[PodAffinityTerm] {
             .and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref())
     };
     terms.map(Vec::as_slice).unwrap_or_default()
-}
-
-/// Whether two nodes share a domain of `key` (both carry the label, with one value).
-fn same_domain(a: &NodeInfo, b: &NodeInfo, key: &str) -> bool {
-    matches!((a.label(key), b.label(key)), (Some(x), Some(y)) if x == y)
 }
 
 fn selects(
@@ -686,7 +804,8 @@ fn spread_counts(
 }
 
 /// A node's score for the pod: kube's default score plugins with their weights.
-fn score(st: &State, pod: &PodInfo, n: &NodeInfo, fits: &[&str]) -> i64 {
+fn score(prep: &Prep, n: &NodeInfo) -> i64 {
+    let pod = prep.pod;
     let (cap_cpu, cap_mem) = (n.allocatable("cpu").max(1), (n.allocatable("memory") / 1000).max(1));
     let cpu = n.requested.scored_cpu + pod.requests.scored_cpu;
     let mem = n.requested.scored_memory + pod.requests.scored_memory;
@@ -696,7 +815,7 @@ fn score(st: &State, pod: &PodInfo, n: &NodeInfo, fits: &[&str]) -> i64 {
     // NodeResourcesBalancedAllocation (weight 1): 100 minus the spread of the two fractions.
     let (fc, fm) = ((cpu as f64 / cap_cpu as f64).min(1.0), (mem as f64 / cap_mem as f64).min(1.0));
     let balanced = ((1.0 - (fc - fm).abs() / 2.0) * 100.0) as i64;
-    let spec = pod.pod.spec.clone().unwrap_or_default();
+    let spec = &prep.spec;
     // NodeAffinity, preferred terms (weight 2).
     let preferred: i64 = spec
         .affinity
@@ -706,60 +825,28 @@ fn score(st: &State, pod: &PodInfo, n: &NodeInfo, fits: &[&str]) -> i64 {
         .map_or(0, |ts| ts.iter().filter(|t| term_matches(&t.preference, &n.node)).map(|t| i64::from(t.weight)).sum());
     let node_affinity = preferred.min(100);
     // TaintToleration: untolerated PreferNoSchedule taints cost (weight 3).
-    let tolerations = spec.tolerations.clone().unwrap_or_default();
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
     let intolerable = n.node.spec.as_ref().and_then(|s| s.taints.as_ref()).map_or(0, |ts| {
-        ts.iter().filter(|t| t.effect == "PreferNoSchedule" && !tolerates(&tolerations, t)).count() as i64
+        ts.iter().filter(|t| t.effect == "PreferNoSchedule" && !tolerates(tolerations, t)).count() as i64
     });
     let taints = 100 - (intolerable * 100).min(100);
     // InterPodAffinity, preferred terms (weight 2).
-    let a = spec.affinity.as_ref();
-    let mut pod_affinity = 0i64;
-    let weighted = [
-        (
-            a.and_then(|a| a.pod_affinity.as_ref())
-                .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref()),
-            1,
-        ),
-        (
-            a.and_then(|a| a.pod_anti_affinity.as_ref())
-                .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref()),
-            -1,
-        ),
-    ];
-    for (terms, sign) in weighted {
-        for w in terms.into_iter().flatten() {
-            let t = &w.pod_affinity_term;
-            let near = st.nodes.values().filter(|x| same_domain(n, x, &t.topology_key)).flat_map(|x| x.pods.values());
-            let count = near.filter(|o| term_selects(st, t, &pod.namespace, o)).count() as i64;
-            pod_affinity += sign * i64::from(w.weight) * count;
-        }
-    }
-    let pod_affinity = pod_affinity.clamp(-100, 100);
+    let pod_affinity: i64 = prep
+        .preferred
+        .iter()
+        .map(|(w, key, counts)| w * n.label(key).and_then(|v| counts.get(v)).copied().unwrap_or(0))
+        .sum::<i64>()
+        .clamp(-100, 100);
     // PodTopologySpread (weight 2): the pod's soft constraints, or kube's system defaults (3 per
     // host, 5 per zone) over the pods of its controller.
-    let soft: Vec<(String, i64)> = spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .filter(|c| c.when_unsatisfiable == "ScheduleAnyway")
-        .map(|c| {
-            let counts = spread_counts(st, pod, &c.topology_key, c.label_selector.as_ref());
-            (c.topology_key.clone(), n.label(&c.topology_key).and_then(|d| counts.get(d)).copied().unwrap_or(0) as i64)
-        })
-        .collect();
-    let siblings = |key: &str| -> i64 {
-        let Some(owner) = &pod.owner else { return 0 };
-        st.nodes
-            .values()
-            .filter(|x| fits.is_empty() || same_domain(n, x, key))
-            .flat_map(|x| x.pods.values())
-            .filter(|p| p.owner.as_ref() == Some(owner))
-            .count() as i64
-    };
     let crowd = if spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty()) {
-        soft.iter().map(|(_, c)| c).sum::<i64>()
+        prep.soft_spread
+            .iter()
+            .map(|(key, counts)| n.label(key).and_then(|d| counts.get(d)).copied().unwrap_or(0) as i64)
+            .sum()
     } else {
-        siblings(HOSTNAME) * 3 + siblings(ZONE) * 2
+        let here = |m: &HashMap<String, i64>, key: &str| n.label(key).and_then(|v| m.get(v)).copied().unwrap_or(0);
+        here(&prep.siblings_by_node, HOSTNAME) * 3 + here(&prep.siblings_by_zone, ZONE) * 2
     };
     let spread = 100 - (crowd * 10).min(100);
     least + balanced + 2 * node_affinity + 3 * taints + 2 * pod_affinity + 2 * spread

@@ -80,8 +80,9 @@ impl Controller {
             .client
             .cached_list(pods, ns)
             .iter()
-            .map(|p| p.value(pods))
+            .map(|p| p.json(pods))
             .filter(|p| controller_of(p).is_some_and(|(_, _, u)| u == uid))
+            .map(|p| (*p).clone())
             .collect();
         let in_use: Vec<String> = mine.iter().map(|p| revisions::hash_of_pod(p).to_string()).collect();
         let (update, _) = revisions::current(&self.client, &sts, "StatefulSet", "apps/v1", &in_use).await?;

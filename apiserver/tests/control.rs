@@ -8,16 +8,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::Duration;
 
 mod common;
 
-use common::Kubectl;
+use common::{eventually, Kubectl};
 use keel_apiserver::run::{start, Flags, Running};
 use serde_json::{json, Value};
 
-/// How long the control plane gets to make each change real.
-const SETTLE: Duration = Duration::from_secs(90);
 const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
 
 async fn serve(dir: &Path) -> Running {
@@ -31,23 +28,6 @@ async fn serve(dir: &Path) -> Running {
         "--node-monitor-grace-period=4s".into(),
     ];
     start(&<Flags as clap::Parser>::parse_from(args)).await.expect("keel-apiserver starts")
-}
-
-/// Polls `check` until it gives a value, at most `SETTLE`; panics with `what` and the last
-/// answer otherwise.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + SETTLE;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) if tokio::time::Instant::now() > deadline => panic!("{what}: still {last}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 async fn json_of(k: &Kubectl, args: &[&str]) -> Value {
@@ -476,5 +456,65 @@ async fn batch_daemon_and_stateful_workloads() {
     .await;
     let last = k.ok(&["get", "cronjob", "tick", "-o", "jsonpath={.status.lastScheduleTime}"]).await;
     assert!(last.ends_with(":00Z"), "scheduled on the minute: {last}");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_and_quotas_count_what_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = serve(dir.path()).await;
+    let k =
+        Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files: dir.path().into() };
+    k.ok(&["create", "quota", "q", "--hard=pods=10,requests.cpu=2,count/deployments.apps=5,services=4"]).await;
+    let db = k.file(
+        "db.json",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"}, "spec": {
+            "replicas": 3, "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [
+                {"name": "postgres", "image": "postgres:16", "resources": {"requests": {"cpu": "250m"}}}]}}}}),
+    );
+    k.ok(&["create", "-f", &db]).await;
+    let status = k.ok(&["rollout", "status", "deploy/db", "--timeout=90s"]).await;
+    assert!(status.ends_with("deployment \"db\" successfully rolled out\n"), "{status}");
+    k.ok(&["create", "pdb", "db", "--selector=app=db", "--min-available=2"]).await;
+    eventually("the budget's status", || async {
+        let got = k
+            .ok(&["get", "pdb", "db", "-o", "jsonpath={.status.expectedPods} {.status.currentHealthy} {.status.desiredHealthy} {.status.disruptionsAllowed} {.status.conditions[0].reason}"])
+            .await;
+        if got == "3 3 2 1 SufficientPods" {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    })
+    .await;
+    let percent = k.ok(&["create", "pdb", "half", "--selector=app=db", "--max-unavailable=50%"]).await;
+    assert_eq!(percent, "poddisruptionbudget.policy/half created\n");
+    eventually("a percentage of the Deployment's scale", || async {
+        let got = k
+            .ok(&[
+                "get",
+                "pdb",
+                "half",
+                "-o",
+                "jsonpath={.status.expectedPods} {.status.desiredHealthy} {.status.disruptionsAllowed}",
+            ])
+            .await;
+        if got == "3 1 2" {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    })
+    .await;
+    eventually("the quota's usage", || async {
+        let used = k.ok(&["get", "quota", "q", "-o", "jsonpath={.status.used}"]).await;
+        let want = json!({"count/deployments.apps": "1", "pods": "3", "requests.cpu": "750m", "services": "1"});
+        match serde_json::from_str::<Value>(&used) {
+            Ok(v) if v == want => Ok(()),
+            _ => Err(used),
+        }
+    })
+    .await;
     running.stop().await;
 }

@@ -10,6 +10,7 @@ pub mod client;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
@@ -22,6 +23,7 @@ pub mod nodelifecycle;
 pub mod podgc;
 pub mod proxy;
 pub mod queue;
+pub mod quota;
 pub mod record;
 pub mod replicaset;
 pub mod revisions;
@@ -176,6 +178,18 @@ pub const CONTROLLERS: &[Controller] = &[
         alias: "podgc",
         binary: Binary::ControllerManager,
         run: |c, _| Box::pin(podgc::run(c)),
+    },
+    Controller {
+        name: "disruption-controller",
+        alias: "disruption",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(disruption::run(c)),
+    },
+    Controller {
+        name: "resourcequota-controller",
+        alias: "resourcequota",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(quota::run(c)),
     },
     Controller {
         name: "kube-scheduler",

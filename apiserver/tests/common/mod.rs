@@ -132,3 +132,23 @@ impl Kubectl {
         p.to_str().unwrap().to_string()
     }
 }
+
+/// How long the control plane gets to make a change real in the tests.
+pub const SETTLE: Duration = Duration::from_secs(90);
+
+/// Polls `check` until it gives a value, at most `SETTLE`; panics with `what` and the last
+/// answer otherwise.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if tokio::time::Instant::now() > deadline => panic!("{what}: still {last}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

@@ -507,9 +507,33 @@ async fn budgets_and_quotas_count_what_runs() {
         }
     })
     .await;
+    // A Service without a selector, its Endpoints written by hand: mirrored into a slice.
+    let service = k.file(
+        "external-service.json",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "external"}, "spec": {"ports": [{"port": 5432}]}}),
+    );
+    let endpoints = k.file(
+        "external-endpoints.json",
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "external"},
+               "subsets": [{"addresses": [{"ip": "192.168.7.7"}], "ports": [{"port": 5432}]}]}),
+    );
+    k.ok(&["create", "-f", &service]).await;
+    k.ok(&["create", "-f", &endpoints]).await;
+    eventually("the Endpoints to be mirrored", || async {
+        let got = k
+            .ok(&["get", "endpointslices", "-l", "kubernetes.io/service-name=external", "-o",
+                  "jsonpath={.items[*].metadata.labels.endpointslice\\.kubernetes\\.io/managed-by} {.items[*].endpoints[*].addresses[0]}"])
+            .await;
+        if got == "endpointslicemirroring-controller.k8s.io 192.168.7.7" {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    })
+    .await;
     eventually("the quota's usage", || async {
         let used = k.ok(&["get", "quota", "q", "-o", "jsonpath={.status.used}"]).await;
-        let want = json!({"count/deployments.apps": "1", "pods": "3", "requests.cpu": "750m", "services": "1"});
+        let want = json!({"count/deployments.apps": "1", "pods": "3", "requests.cpu": "750m", "services": "2"});
         match serde_json::from_str::<Value>(&used) {
             Ok(v) if v == want => Ok(()),
             _ => Err(used),

@@ -23,12 +23,18 @@ pub const MAX_PER_SLICE: usize = 100;
 pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 pub const CONTROLLER: &str = "endpointslice-controller.k8s.io";
+/// The manager of the slices mirrored from Endpoints.
+pub const MIRROR: &str = "endpointslicemirroring-controller.k8s.io";
+pub const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 
-/// Which of the two objects a controller keeps.
+/// Which objects a controller keeps: EndpointSlices or Endpoints for Services with selectors,
+/// or EndpointSlices mirrored from the Endpoints of Services without (kube's
+/// `endpointslicemirroring`: each subset's addresses, ready or not, under its ports).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Slices,
     Endpoints,
+    Mirror,
 }
 
 struct Controller {
@@ -45,6 +51,10 @@ pub async fn run_endpoints(client: Client) {
     run(client, Kind::Endpoints).await
 }
 
+pub async fn run_mirror(client: Client) {
+    run(client, Kind::Mirror).await
+}
+
 async fn run(client: Client, kind: Kind) {
     let c = Arc::new(Controller { client, queue: Queue::new(), kind });
     let (services, pods) = (resource("", "v1", "services"), resource("", "v1", "pods"));
@@ -52,31 +62,42 @@ async fn run(client: Client, kind: Kind) {
     let svc_watch = informer::run(c.client.cache(services).clone(), Selectors::everything(), move |ch| {
         me.queue.add(key_of(ch.object()))
     });
-    let me = c.clone();
-    let pod_watch = informer::run(c.client.cache(pods).clone(), Selectors::everything(), move |ch| me.pod_changed(ch));
-    let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> =
-        vec![Box::pin(svc_watch), Box::pin(pod_watch)];
+    let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = vec![Box::pin(svc_watch)];
+    if kind != Kind::Mirror {
+        let me = c.clone();
+        tasks.push(Box::pin(informer::run(c.client.cache(pods).clone(), Selectors::everything(), move |ch| {
+            me.pod_changed(ch)
+        })));
+    }
     // What the controller wrote, changed by someone else, is put back.
-    let owned = match kind {
-        Kind::Slices => resource("discovery.k8s.io", "v1", "endpointslices"),
-        Kind::Endpoints => resource("", "v1", "endpoints"),
+    let (slices, endpoints) = (resource("discovery.k8s.io", "v1", "endpointslices"), resource("", "v1", "endpoints"));
+    let watched: &[&'static crate::resources::Resource] = match kind {
+        Kind::Slices => &[slices],
+        Kind::Endpoints => &[endpoints],
+        Kind::Mirror => &[slices, endpoints],
     };
+    for &owned in watched {
+        let me = c.clone();
+        tasks.push(Box::pin(informer::run(c.client.cache(owned).clone(), Selectors::everything(), move |ch| {
+            let v = ch.object().json(owned);
+            let service = if owned.kind == "EndpointSlice" {
+                v.pointer(&format!("/metadata/labels/{}", SERVICE_NAME.replace('/', "~1")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            } else {
+                Some(meta::get(&v, "name").to_string())
+            };
+            if let Some(s) = service {
+                me.queue.add(format!("{}/{s}", ch.object().namespace));
+            }
+        })));
+    }
     let me = c.clone();
-    tasks.push(Box::pin(informer::run(c.client.cache(owned).clone(), Selectors::everything(), move |ch| {
-        let v = ch.object().value(owned);
-        let service = match me.kind {
-            Kind::Slices => v
-                .pointer(&format!("/metadata/labels/{}", SERVICE_NAME.replace('/', "~1")))
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            Kind::Endpoints => Some(meta::get(&v, "name").to_string()),
-        };
-        if let Some(s) = service {
-            me.queue.add(format!("{}/{s}", ch.object().namespace));
-        }
-    })));
-    let me = c.clone();
-    let name = if kind == Kind::Slices { "endpointslice-controller" } else { "endpoints-controller" };
+    let name = match kind {
+        Kind::Slices => "endpointslice-controller",
+        Kind::Endpoints => "endpoints-controller",
+        Kind::Mirror => "endpointslice-mirroring-controller",
+    };
     tasks.push(Box::pin(c.queue.clone().work(name, 5, move |key| {
         let me = me.clone();
         async move { me.sync(&key).await }
@@ -116,7 +137,23 @@ impl Controller {
         let wanted = svc.as_ref().and_then(|s| selector(s).map(|sel| (s, sel)));
         match self.kind {
             Kind::Slices => {
-                self.sync_slices(ns.unwrap_or(""), name, wanted.map(|(s, sel)| endpoints(&self.client, s, &sel))).await
+                let groups = wanted.map(|(s, sel)| endpoints(&self.client, s, &sel));
+                self.sync_slices(ns.unwrap_or(""), name, CONTROLLER, groups).await
+            }
+            Kind::Mirror => {
+                let r = resource("", "v1", "endpoints");
+                let eps = self.client.cached(r, ns, name).map(|o| o.json(r));
+                let mirrored = match (&svc, eps) {
+                    (Some(s), Some(e))
+                        if selector(s).is_none()
+                            && e.pointer(&format!("/metadata/labels/{}", SKIP_MIRROR.replace('/', "~1")))
+                                != Some(&json!("true")) =>
+                    {
+                        Some(mirror(&e))
+                    }
+                    _ => None,
+                };
+                self.sync_slices(ns.unwrap_or(""), name, MIRROR, mirrored).await
             }
             Kind::Endpoints => {
                 let Some((s, sel)) = wanted else {
@@ -127,7 +164,7 @@ impl Controller {
         }
     }
 
-    async fn sync_slices(&self, ns: &str, service: &str, wanted: Option<Groups>) -> Result<(), Failure> {
+    async fn sync_slices(&self, ns: &str, service: &str, manager: &str, wanted: Option<Groups>) -> Result<(), Failure> {
         let slices = resource("discovery.k8s.io", "v1", "endpointslices");
         let services = resource("", "v1", "services");
         let mut existing: Vec<Value> = self
@@ -137,7 +174,7 @@ impl Controller {
             .map(|o| o.value(slices))
             .filter(|v| {
                 let label = |k: &str| v.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
-                label(SERVICE_NAME) == Some(service) && label(MANAGED_BY) == Some(CONTROLLER)
+                label(SERVICE_NAME) == Some(service) && label(MANAGED_BY) == Some(manager)
             })
             .collect();
         existing.sort_by(|a, b| meta::get(a, "name").cmp(meta::get(b, "name")));
@@ -186,7 +223,7 @@ impl Controller {
             };
             let mut labels = svc.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
             labels[SERVICE_NAME] = json!(service);
-            labels[MANAGED_BY] = json!(CONTROLLER);
+            labels[MANAGED_BY] = json!(manager);
             let before = slice.clone();
             slice["metadata"]["labels"] = labels;
             slice["endpoints"] = if eps.is_empty() { Value::Null } else { Value::Array(eps) };
@@ -343,6 +380,41 @@ fn endpoints(client: &Client, svc: &Value, sel: &BTreeMap<String, String>) -> Gr
     groups
 }
 
+/// The endpoints of an Endpoints object's subsets, grouped by their ports (kube's mirroring).
+fn mirror(eps: &Value) -> Groups {
+    let mut groups: Groups = BTreeMap::new();
+    for subset in eps.get("subsets").and_then(Value::as_array).into_iter().flatten() {
+        let ports: Vec<Value> = subset
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let mut out = json!({"name": p.get("name").and_then(Value::as_str).unwrap_or(""), "port": p["port"],
+                                     "protocol": p.get("protocol").and_then(Value::as_str).unwrap_or("TCP")});
+                if let Some(a) = p.get("appProtocol") {
+                    out["appProtocol"] = a.clone();
+                }
+                out
+            })
+            .collect();
+        let ports = Value::Array(ports);
+        let group = groups.entry(ports.to_string()).or_insert_with(|| (ports.clone(), Vec::new()));
+        for (field, ready) in [("addresses", true), ("notReadyAddresses", false)] {
+            for a in subset.get(field).and_then(Value::as_array).into_iter().flatten() {
+                let mut e = json!({"addresses": [a["ip"]], "conditions": {"ready": ready}});
+                for f in ["nodeName", "targetRef", "hostname"] {
+                    if let Some(x) = a.get(f) {
+                        e[f] = x.clone();
+                    }
+                }
+                group.1.push(e);
+            }
+        }
+    }
+    groups
+}
+
 /// The Service's ports as they land on `pod` (kube's `FindPort`): a numeric targetPort as it
 /// is, a named one by the pod's container port of that name (a port that does not resolve is
 /// left out).
@@ -381,6 +453,17 @@ pub fn resolve_ports(svc: &Value, pod: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_are_mirrored_by_their_ports() {
+        let eps = json!({"subsets": [{"addresses": [{"ip": "10.9.0.1", "nodeName": "n"}], "notReadyAddresses": [{"ip": "10.9.0.2"}],
+                                      "ports": [{"name": "db", "port": 5432}]}]});
+        let groups = mirror(&eps);
+        let (ports, eps) = groups.values().next().unwrap();
+        assert_eq!(ports, &json!([{"name": "db", "port": 5432, "protocol": "TCP"}]));
+        assert_eq!(eps[0], json!({"addresses": ["10.9.0.1"], "conditions": {"ready": true}, "nodeName": "n"}));
+        assert_eq!(eps[1]["conditions"]["ready"], json!(false));
+    }
 
     #[test]
     fn named_target_ports_resolve_per_pod() {

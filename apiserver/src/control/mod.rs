@@ -156,6 +156,12 @@ pub const CONTROLLERS: &[Controller] = &[
         run: |c, _| Box::pin(endpoints::run_endpoints(c)),
     },
     Controller {
+        name: "endpointslice-mirroring-controller",
+        alias: "endpointslicemirroring",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(endpoints::run_mirror(c)),
+    },
+    Controller {
         name: "namespace-controller",
         alias: "namespace",
         binary: Binary::ControllerManager,

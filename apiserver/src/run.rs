@@ -73,6 +73,10 @@ pub struct Flags {
     /// How many simulated kubelets (nodes `node-1` … `node-N`) run in this process.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: usize,
+    /// The key service account tokens are signed with (PEM, ECDSA P-256); without it, one is
+    /// made in the data directory (`pki/sa.key`).
+    #[arg(long)]
+    pub service_account_signing_key_file: Option<PathBuf>,
     /// Where the embedded store, the made certificates and the admin kubeconfig live.
     #[arg(long, default_value = "keel-apiserver.data")]
     pub data_dir: PathBuf,
@@ -252,6 +256,18 @@ fn pki(dir: &Path, hosts: &[String]) -> Result<Pki> {
     Ok(Pki { ca: ca_cert.pem(), serving, admin })
 }
 
+/// The service account signing key made once in `<data-dir>/pki/sa.key` (ECDSA P-256, PEM).
+fn service_account_key(dir: &Path) -> Result<String> {
+    let path = dir.join("pki").join("sa.key");
+    if let Ok(pem) = std::fs::read_to_string(&path) {
+        return Ok(pem);
+    }
+    std::fs::create_dir_all(dir.join("pki"))?;
+    let pem = rcgen::KeyPair::generate()?.serialize_pem();
+    write_private(&path, pem.as_bytes())?;
+    Ok(pem)
+}
+
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -409,7 +425,18 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");
     }
-    let settings = crate::control::Settings { node_monitor_grace_period: flags.node_monitor_grace_period };
+    let sa_key = match &flags.service_account_signing_key_file {
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("--service-account-signing-key-file: {}", f.display()))?,
+        None => service_account_key(&flags.data_dir)?,
+    };
+    let token_ca = if ca_for_clients.is_empty() { client_ca.clone() } else { ca_for_clients.clone() };
+    let signer = crate::control::tokens::Signer::from_pem(&sa_key, token_ca)
+        .map_err(|e| anyhow::anyhow!("--service-account-signing-key-file: {e}"))?;
+    let settings = crate::control::Settings {
+        node_monitor_grace_period: flags.node_monitor_grace_period,
+        signer: Some(Arc::new(signer)),
+    };
     tasks.extend(crate::control::start(&api, controllers, settings));
     tasks.extend(crate::control::kubelet::start(&api, flags.simulated_nodes));
     if !flags.etcd_compaction_interval.is_zero() {

@@ -30,6 +30,28 @@ async fn serve(dir: &Path) -> Running {
     start(&<Flags as clap::Parser>::parse_from(args)).await.expect("keel-apiserver starts")
 }
 
+/// keel-apiserver with three simulated nodes, and kubectl for it, once the nodes are there.
+async fn cluster(dir: &Path) -> (Running, Kubectl) {
+    let running = serve(dir).await;
+    let k = Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.join("cache"), files: dir.into() };
+    shows(&k, "three nodes", &["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"], "node-1 node-2 node-3")
+        .await;
+    (running, k)
+}
+
+/// Waits until kubectl `args` prints `want`.
+async fn shows(k: &Kubectl, what: &str, args: &[&str], want: &str) {
+    eventually(what, || async {
+        let got = k.ok(args).await;
+        if got == want {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    })
+    .await
+}
+
 async fn json_of(k: &Kubectl, args: &[&str]) -> Value {
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["-o", "json"]);
@@ -241,6 +263,29 @@ async fn the_warehouse_demo() {
     assert_eq!(sizes, ["0", "5"], "the old ReplicaSet is kept, scaled to zero");
     let history = k.ok(&["rollout", "history", "deploy/web"]).await;
     assert!(history.contains("1         <none>") && history.contains("2         <none>"), "{history}");
+    // Undo goes back to the first template (its ReplicaSet, revision 3); restart rolls anew;
+    // a paused Deployment does not roll until resumed.
+    k.ok(&["rollout", "undo", "deploy/web"]).await;
+    let status = k.ok(&["rollout", "status", "deploy/web", "--timeout=90s"]).await;
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    let revision = "jsonpath={.spec.template.spec.containers[0].image} {.metadata.annotations.deployment\\.kubernetes\\.io/revision}";
+    assert_eq!(k.ok(&["get", "deploy", "web", "-o", revision]).await, "nginx:1.25 3");
+    let sets = || async { k.ok(&["get", "rs", "-l", "app=web", "-o", "name"]).await.lines().count() };
+    assert_eq!(sets().await, 2, "undo reuses the first ReplicaSet");
+    k.ok(&["rollout", "restart", "deploy/web"]).await;
+    let status = k.ok(&["rollout", "status", "deploy/web", "--timeout=90s"]).await;
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    assert_eq!(sets().await, 3);
+    k.ok(&["rollout", "pause", "deploy/web"]).await;
+    k.ok(&["set", "image", "deploy/web", "nginx=nginx:1.27"]).await;
+    let progressing = "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}";
+    shows(&k, "the paused Deployment to say so", &["get", "deploy", "web", "-o", progressing], "DeploymentPaused")
+        .await;
+    assert_eq!(sets().await, 3, "no rollout while paused");
+    k.ok(&["rollout", "resume", "deploy/web"]).await;
+    let status = k.ok(&["rollout", "status", "deploy/web", "--timeout=90s"]).await;
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    assert_eq!(sets().await, 4);
 
     // Deleting the Deployment collects its ReplicaSets and pods.
     assert_eq!(k.ok(&["delete", "deploy", "web"]).await, "deployment.apps \"web\" deleted\n");
@@ -259,18 +304,7 @@ async fn the_warehouse_demo() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_fits_nowhere_waits_for_the_cluster_to_change() {
     let dir = tempfile::tempdir().unwrap();
-    let running = serve(dir.path()).await;
-    let k =
-        Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files: dir.path().into() };
-    eventually("three nodes", || async {
-        let n = k.ok(&["get", "nodes", "-o", "name"]).await;
-        if n.lines().count() == 3 {
-            Ok(())
-        } else {
-            Err(n)
-        }
-    })
-    .await;
+    let (running, k) = cluster(dir.path()).await;
     for n in NODES {
         assert_eq!(k.ok(&["cordon", n]).await, format!("node/{n} cordoned\n"));
     }
@@ -332,18 +366,7 @@ async fn a_pod_that_fits_nowhere_waits_for_the_cluster_to_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_daemon_and_stateful_workloads() {
     let dir = tempfile::tempdir().unwrap();
-    let running = serve(dir.path()).await;
-    let k =
-        Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files: dir.path().into() };
-    eventually("three nodes", || async {
-        let n = k.ok(&["get", "nodes", "-o", "name"]).await;
-        if n.lines().count() == 3 {
-            Ok(())
-        } else {
-            Err(n)
-        }
-    })
-    .await;
+    let (running, k) = cluster(dir.path()).await;
     // A CronJob running every minute: its first Job is checked at the end.
     k.ok(&["create", "cronjob", "tick", "--image=busybox", "--schedule=* * * * *", "--", "true"]).await;
 
@@ -442,6 +465,49 @@ async fn batch_daemon_and_stateful_workloads() {
     })
     .await;
 
+    // A Job past its deadline fails.
+    let slow = k.file(
+        "slow.json",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "slow"}, "spec": {"activeDeadlineSeconds": 2,
+               "template": {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                   "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}}}}),
+    );
+    k.ok(&["create", "-f", &slow]).await;
+    assert_eq!(
+        k.ok(&["wait", "--for=condition=failed", "job/slow", "--timeout=60s"]).await,
+        "job.batch/slow condition met\n"
+    );
+    let why = k.ok(&["get", "job", "slow", "-o", "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"]).await;
+    assert_eq!(why, "DeadlineExceeded");
+
+    // A ReplicationController keeps its replicas; a Recreate Deployment replaces all at once.
+    let rc = k.file(
+        "rc.json",
+        json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"}, "spec": {
+            "replicas": 2, "selector": {"app": "legacy"},
+            "template": {"metadata": {"labels": {"app": "legacy"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+    );
+    k.ok(&["create", "-f", &rc]).await;
+    let counts = "jsonpath={.status.replicas} {.status.readyReplicas}";
+    shows(&k, "the ReplicationController's pods", &["get", "rc", "legacy", "-o", counts], "2 2").await;
+    let recreate = k.file(
+        "recreate.json",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "batch"}, "spec": {
+            "replicas": 2, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app": "batch"}},
+            "template": {"metadata": {"labels": {"app": "batch"}}, "spec": {"terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "worker:1"}]}}}}),
+    );
+    k.ok(&["create", "-f", &recreate]).await;
+    let status = k.ok(&["rollout", "status", "deploy/batch", "--timeout=60s"]).await;
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    k.ok(&["set", "image", "deploy/batch", "c=worker:2"]).await;
+    let status = k.ok(&["rollout", "status", "deploy/batch", "--timeout=60s"]).await;
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    let running_images = "jsonpath={.items[*].spec.containers[0].image}";
+    let images =
+        k.ok(&["get", "pods", "-l", "app=batch", "--field-selector=status.phase=Running", "-o", running_images]).await;
+    assert_eq!(images, "worker:2 worker:2");
+
     // The CronJob's first run.
     eventually("the CronJob to run a Job", || async {
         let jobs = k
@@ -460,11 +526,9 @@ async fn batch_daemon_and_stateful_workloads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn budgets_and_quotas_count_what_runs() {
+async fn budgets_quotas_mirrors_tokens_and_aggregation() {
     let dir = tempfile::tempdir().unwrap();
-    let running = serve(dir.path()).await;
-    let k =
-        Kubectl { kubeconfig: running.kubeconfig.clone(), cache: dir.path().join("cache"), files: dir.path().into() };
+    let (running, k) = cluster(dir.path()).await;
     k.ok(&["create", "quota", "q", "--hard=pods=10,requests.cpu=2,count/deployments.apps=5,services=4"]).await;
     let db = k.file(
         "db.json",
@@ -540,5 +604,125 @@ async fn budgets_and_quotas_count_what_runs() {
         }
     })
     .await;
+    // A service account token Secret gets its token, CA and namespace; it goes with its account.
+    k.ok(&["create", "serviceaccount", "robot"]).await;
+    let token = k.file(
+        "token.json",
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+               "metadata": {"name": "robot-token", "annotations": {"kubernetes.io/service-account.name": "robot"}}}),
+    );
+    k.ok(&["create", "-f", &token]).await;
+    let jwt = eventually("the token to be filled in", || async {
+        let got = k.ok(&["get", "secret", "robot-token", "-o", "jsonpath={.data.token}"]).await;
+        if got.is_empty() {
+            Err("no token".to_string())
+        } else {
+            Ok(got)
+        }
+    })
+    .await;
+    use base64::Engine as _;
+    let jwt = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(jwt).unwrap()).unwrap();
+    let claims = jwt.split('.').nth(1).unwrap();
+    let claims: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();
+    assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
+    let ns = k.ok(&["get", "secret", "robot-token", "-o", "jsonpath={.data.namespace}"]).await;
+    assert_eq!(ns, base64::engine::general_purpose::STANDARD.encode("default"));
+    k.ok(&["delete", "serviceaccount", "robot"]).await;
+    eventually("the token to go with its account", || async {
+        let left = k.run(&["get", "secret", "robot-token"]).await;
+        if left.ok {
+            Err(left.stdout)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    // An aggregated ClusterRole gathers the rules of the roles it selects.
+    let aggregate = k.file(
+        "monitoring.json",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "monitoring"},
+               "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"aggregate-to-monitoring": "true"}}]}}),
+    );
+    k.ok(&["create", "-f", &aggregate]).await;
+    k.ok(&["create", "clusterrole", "pod-reader", "--verb=get,list", "--resource=pods"]).await;
+    k.ok(&["label", "clusterrole", "pod-reader", "aggregate-to-monitoring=true"]).await;
+    let rules = "jsonpath={.rules[*].resources} {.rules[*].verbs}";
+    shows(&k, "the aggregated rules", &["get", "clusterrole", "monitoring", "-o", rules], r#"["pods"] ["get","list"]"#)
+        .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_collection_and_nodes_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, k) = cluster(dir.path()).await;
+    // A namespace's deletion deletes everything in it, then the namespace.
+    k.ok(&["create", "namespace", "doomed"]).await;
+    k.ok(&["create", "deployment", "x", "-n", "doomed", "--image=nginx", "--replicas=2"]).await;
+    k.ok(&["create", "configmap", "c", "-n", "doomed", "--from-literal=a=b"]).await;
+    eventually("the namespace's default account and pods", || async {
+        let got = k.ok(&["get", "sa,pods", "-n", "doomed", "-o", "name"]).await;
+        if got.contains("serviceaccount/default") && got.matches("pod/").count() == 2 {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    })
+    .await;
+    k.ok(&["delete", "namespace", "doomed", "--wait=false"]).await;
+    eventually("the namespace and its content to go", || async {
+        let ns = k.run(&["get", "namespace", "doomed"]).await;
+        if !ns.ok && ns.stderr.contains("NotFound") {
+            Ok(())
+        } else {
+            Err(ns.stdout)
+        }
+    })
+    .await;
+
+    // Foreground: the owner stays until its pods are gone; orphan: the pods stay, unowned.
+    for name in ["front", "orphans"] {
+        let rs = k.file(
+            &format!("{name}.json"),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name}, "spec": {
+                "replicas": 2, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": "nginx"}]}}}}),
+        );
+        k.ok(&["create", "-f", &rs]).await;
+        shows(&k, "two running pods", &["get", "rs", name, "-o", "jsonpath={.status.readyReplicas}"], "2").await;
+    }
+    k.ok(&["delete", "rs", "front", "--cascade=foreground", "--wait=false"]).await;
+    shows(&k, "the owner to go after its pods", &["get", "rs,pods", "-l", "app=front", "-o", "name"], "").await;
+    k.ok(&["delete", "rs", "orphans", "--cascade=orphan"]).await;
+    eventually("the orphans to lose their owner", || async {
+        let refs =
+            k.ok(&["get", "pods", "-l", "app=orphans", "-o", "jsonpath={.items[*].metadata.ownerReferences}"]).await;
+        let n = k.ok(&["get", "pods", "-l", "app=orphans", "-o", "name"]).await.lines().count();
+        if n == 2 && refs.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{n} {refs}"))
+        }
+    })
+    .await;
+
+    // A Node deleted through the API stays deleted; the pod collector removes its pods.
+    let on_node = k.ok(&["get", "pods", "-l", "app=orphans", "-o", "jsonpath={.items[0].spec.nodeName}"]).await;
+    k.ok(&["delete", "node", &on_node]).await;
+    eventually("the deleted node's pods to be collected", || async {
+        let pods = k.ok(&["get", "pods", "-A", "-o", "jsonpath={.items[*].spec.nodeName}"]).await;
+        if pods.split_whitespace().all(|n| n != on_node) {
+            Ok(())
+        } else {
+            Err(pods)
+        }
+    })
+    .await;
+    let nodes = k.ok(&["get", "nodes", "-o", "name"]).await;
+    assert!(!nodes.contains(&format!("node/{on_node}")), "the node came back: {nodes}");
+    assert_eq!(nodes.lines().count(), 2);
     running.stop().await;
 }

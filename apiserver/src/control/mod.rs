@@ -6,6 +6,7 @@
 //! apiservers on one store run each once; simulated kubelets (`kubelet`) run where
 //! `--simulated-nodes` starts them.
 
+pub mod aggregation;
 pub mod client;
 pub mod cronjob;
 pub mod daemonset;
@@ -30,6 +31,7 @@ pub mod revisions;
 pub mod scheduler;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod tokens;
 pub mod ttl;
 
 use std::future::Future;
@@ -71,10 +73,13 @@ impl Binary {
 type Run = fn(Client, &Settings) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What the controllers are configured with (kube-controller-manager's flags of those names).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// `--node-monitor-grace-period`.
     pub node_monitor_grace_period: std::time::Duration,
+    /// The service account signing key (`--service-account-signing-key-file`, or the one made
+    /// in the data directory) and the CA tokens carry.
+    pub signer: Option<Arc<tokens::Signer>>,
 }
 
 /// One controller: kube-controller-manager's name for it and the older alias `--controllers`
@@ -174,6 +179,12 @@ pub const CONTROLLERS: &[Controller] = &[
         run: |c, _| Box::pin(serviceaccount::run(c)),
     },
     Controller {
+        name: "serviceaccount-token-controller",
+        alias: "serviceaccount-token",
+        binary: Binary::ControllerManager,
+        run: |c, s| Box::pin(tokens::run(c, s.signer.clone())),
+    },
+    Controller {
         name: "node-lifecycle-controller",
         alias: "nodelifecycle",
         binary: Binary::ControllerManager,
@@ -196,6 +207,12 @@ pub const CONTROLLERS: &[Controller] = &[
         alias: "resourcequota",
         binary: Binary::ControllerManager,
         run: |c, _| Box::pin(quota::run(c)),
+    },
+    Controller {
+        name: "clusterrole-aggregation-controller",
+        alias: "clusterrole-aggregation",
+        binary: Binary::ControllerManager,
+        run: |c, _| Box::pin(aggregation::run(c)),
     },
     Controller {
         name: "kube-scheduler",

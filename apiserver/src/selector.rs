@@ -108,15 +108,41 @@ impl LabelSelector {
     }
 
     /// A `metav1.LabelSelector` (matchLabels and matchExpressions) as requirements, as kube's
-    /// `LabelSelectorAsSelector` reads it; None for an operator it does not know (which selects
-    /// nothing there). An absent selector is the caller's to decide.
+    /// `LabelSelectorAsSelector` reads it; None for an operator it does not take (In, NotIn,
+    /// Exists and DoesNotExist only), which selects nothing. An absent selector is the caller's
+    /// to decide.
     pub fn of_api(sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Option<LabelSelector> {
         let mut reqs: Vec<Label> = Vec::new();
         for (k, v) in sel.match_labels.iter().flatten() {
             reqs.push(Label::In(k.clone(), vec![v.clone()]));
         }
         for e in sel.match_expressions.iter().flatten() {
-            reqs.push(requirement(&e.key, &e.operator, e.values.as_deref().unwrap_or_default())?);
+            reqs.push(requirement(&e.key, &e.operator, e.values.as_deref().unwrap_or_default(), false)?);
+        }
+        Some(LabelSelector(reqs))
+    }
+
+    /// The same from a selector's JSON (an object's `spec.selector`); anything but an object
+    /// selects everything, as an empty selector does.
+    pub fn of_value(sel: &Value) -> Option<LabelSelector> {
+        let mut reqs: Vec<Label> = Vec::new();
+        for (k, v) in sel.get("matchLabels").and_then(Value::as_object).into_iter().flatten() {
+            reqs.push(match v.as_str() {
+                Some(v) => Label::In(k.clone(), vec![v.to_string()]),
+                // A value that is no string matches only where the label is absent.
+                None => Label::NotExists(k.clone()),
+            });
+        }
+        for e in sel.get("matchExpressions").and_then(Value::as_array).into_iter().flatten() {
+            let text = |f: &str| e.get(f).and_then(Value::as_str).unwrap_or("");
+            let values: Vec<String> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            reqs.push(requirement(text("key"), text("operator"), &values, false)?);
         }
         Some(LabelSelector(reqs))
     }
@@ -125,7 +151,7 @@ impl LabelSelector {
     /// Lt).
     pub fn of_node_requirements(reqs: &[k8s_openapi::api::core::v1::NodeSelectorRequirement]) -> Option<LabelSelector> {
         reqs.iter()
-            .map(|r| requirement(&r.key, &r.operator, r.values.as_deref().unwrap_or_default()))
+            .map(|r| requirement(&r.key, &r.operator, r.values.as_deref().unwrap_or_default(), true))
             .collect::<Option<Vec<_>>>()
             .map(LabelSelector)
     }
@@ -135,7 +161,7 @@ impl LabelSelector {
         self.matches_with(|k| labels.get(k).map(String::as_str))
     }
 
-    /// Whether an object with `labels` (its `metadata.labels`) (its `metadata.labels`) is selected.
+    /// Whether an object with `labels` (its `metadata.labels`) is selected.
     pub fn matches(&self, labels: Option<&Value>) -> bool {
         self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
     }
@@ -152,8 +178,9 @@ impl LabelSelector {
     }
 }
 
-/// One requirement of an API selector (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`).
-fn requirement(key: &str, op: &str, values: &[String]) -> Option<Label> {
+/// One requirement of an API selector (`In`, `NotIn`, `Exists`, `DoesNotExist`, and with
+/// `numeric` — a node selector's — `Gt` and `Lt`).
+fn requirement(key: &str, op: &str, values: &[String], numeric: bool) -> Option<Label> {
     let (k, vs) = (key.to_string(), values.to_vec());
     let number = || values.first().and_then(|v| v.parse::<i64>().ok());
     Some(match op {
@@ -161,8 +188,8 @@ fn requirement(key: &str, op: &str, values: &[String]) -> Option<Label> {
         "NotIn" => Label::NotIn(k, vs),
         "Exists" => Label::Exists(k),
         "DoesNotExist" => Label::NotExists(k),
-        "Gt" => Label::Gt(k, number()?),
-        "Lt" => Label::Lt(k, number()?),
+        "Gt" if numeric => Label::Gt(k, number()?),
+        "Lt" if numeric => Label::Lt(k, number()?),
         _ => return None,
     })
 }
@@ -243,6 +270,21 @@ mod tests {
         for bad in ["a b=c", "app in web", "n>x", "=x"] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad:?} taken");
         }
+    }
+
+    #[test]
+    fn api_selectors_take_kubes_operators_and_node_selectors_numbers() {
+        let sel = json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]});
+        let s = LabelSelector::of_value(&sel).unwrap();
+        assert!(s.matches(Some(&json!({"app": "web"}))));
+        assert!(!s.matches(Some(&json!({"app": "web", "tier": "db"}))));
+        assert!(LabelSelector::of_value(&json!(null)).unwrap().matches(None));
+        let gt = json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]});
+        assert!(LabelSelector::of_value(&gt).is_none(), "Gt is no label selector operator");
+        let node: Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement> =
+            serde_json::from_value(gt["matchExpressions"].clone()).unwrap();
+        let by_node = LabelSelector::of_node_requirements(&node).unwrap();
+        assert!(by_node.matches(Some(&json!({"n": "2"}))) && !by_node.matches(Some(&json!({"n": "1"}))));
     }
 
     #[test]

@@ -228,26 +228,7 @@ fn go_selector(s: &Value) -> String {
 
 /// Whether `labels` satisfy a `metav1.LabelSelector` (an empty selector selects everything).
 pub fn selects(selector: &Value, labels: Option<&Value>) -> bool {
-    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-    let by_labels = selector
-        .get("matchLabels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| label(k) == v.as_str());
-    let by_exprs = selector.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().all(|e| {
-        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> =
-            e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
-        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-            "In" => label(key).is_some_and(|l| values.contains(&l)),
-            "NotIn" => label(key).is_none_or(|l| !values.contains(&l)),
-            "Exists" => label(key).is_some(),
-            "DoesNotExist" => label(key).is_none(),
-            _ => false,
-        }
-    });
-    by_labels && by_exprs
+    crate::selector::LabelSelector::of_value(selector).is_some_and(|s| s.matches(labels))
 }
 
 fn nonnegative(v: &Value, pointer: &str, field: &str, errors: &mut Vec<FieldError>) {

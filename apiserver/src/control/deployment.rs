@@ -21,6 +21,7 @@ use super::replicaset::controller_of;
 use super::{Failure, Queue};
 use crate::meta;
 use crate::rest::Selectors;
+use crate::selector::LabelSelector;
 
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";
@@ -185,12 +186,12 @@ impl Controller {
         let Some(o) = self.client.cached(deployments, ns, name) else { return Ok(()) };
         let d = o.value(deployments);
         let uid = meta::get(&d, "uid").to_string();
-        let selector = d.pointer("/spec/selector").cloned().unwrap_or(Value::Null);
+        let selector = LabelSelector::of_value(d.pointer("/spec/selector").unwrap_or(&Value::Null));
         let deleting = d.pointer("/metadata/deletionTimestamp").is_some();
         let mut sets = Vec::new();
         for rs in self.client.cached_list(replicasets, ns) {
             let v = rs.value(replicasets);
-            let selected = crate::workloads::selects(&selector, v.pointer("/metadata/labels"));
+            let selected = selector.as_ref().is_some_and(|s| s.matches(v.pointer("/metadata/labels")));
             match controller_of(&v) {
                 Some((_, _, owner)) if owner == uid => {
                     if selected || deleting {

@@ -17,6 +17,7 @@ use super::replicaset::{controller_of, ready_since};
 use super::{Failure, Queue};
 use crate::meta;
 use crate::rest::Selectors;
+use crate::selector::LabelSelector;
 
 /// How long an eviction the API recorded counts before the pod's deletion shows.
 const DELETION_TIMEOUT: i64 = 120;
@@ -96,12 +97,12 @@ async fn sync(client: &Client, queue: &Queue, key: &str) -> Result<(), Failure> 
     let Some(o) = client.cached(budgets, ns, name) else { return Ok(()) };
     let pdb = o.value(budgets);
     let ns = ns.unwrap_or("");
-    let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(Value::Null);
+    let selector = LabelSelector::of_value(pdb.pointer("/spec/selector").unwrap_or(&Value::Null));
     let selected: Vec<Value> = client
         .cached_list(pods, Some(ns))
         .iter()
         .map(|p| p.json(pods))
-        .filter(|p| crate::workloads::selects(&selector, p.pointer("/metadata/labels")))
+        .filter(|p| selector.as_ref().is_some_and(|s| s.matches(p.pointer("/metadata/labels"))))
         .filter(|p| !matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed")))
         .map(|p| (*p).clone())
         .collect();

@@ -20,6 +20,7 @@ use super::{Failure, Queue};
 use crate::meta;
 use crate::resources::Resource;
 use crate::rest::Selectors;
+use crate::selector::LabelSelector;
 
 /// The most pods one sync creates or deletes (kube's `BurstReplicas`).
 const BURST: usize = 500;
@@ -182,6 +183,7 @@ impl Controller {
         let owner = o.value(r);
         let uid = meta::get(&owner, "uid").to_string();
         let selector = self.flavor.selector(&owner);
+        let parsed = LabelSelector::of_value(&selector);
         let deleting = owner.pointer("/metadata/deletionTimestamp").is_some();
         // Claim: pods it controls that it still selects, and orphans it selects (adopted).
         let mut mine = Vec::new();
@@ -190,7 +192,7 @@ impl Controller {
             if !active(&pv) {
                 continue;
             }
-            let selected = crate::workloads::selects(&selector, pv.pointer("/metadata/labels"));
+            let selected = parsed.as_ref().is_some_and(|s| s.matches(pv.pointer("/metadata/labels")));
             match controller_of(&pv) {
                 Some((_, _, owner_uid)) if owner_uid == uid => {
                     if selected {

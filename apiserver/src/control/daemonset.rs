@@ -166,9 +166,8 @@ impl Controller {
         let min_ready = ds.pointer("/spec/minReadySeconds").and_then(Value::as_i64).unwrap_or(0);
         if rolling && create.is_empty() && delete.is_empty() {
             let max_unavailable = match ds.pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable") {
-                Some(Value::String(s)) if s.ends_with('%') => {
-                    let p: i64 = s.trim_end_matches('%').parse().unwrap_or(0);
-                    (p * desired / 100).max(1)
+                Some(v) if v.as_str().is_some_and(|s| s.ends_with('%')) => {
+                    super::scaled(v, desired, false).unwrap_or(0).max(1)
                 }
                 Some(v) => v.as_i64().unwrap_or(1).max(1),
                 None => 1,

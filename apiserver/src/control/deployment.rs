@@ -83,28 +83,12 @@ fn revision(rs: &Value) -> i64 {
     a.and_then(Value::as_str).and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
-/// An int-or-percent of `total` (percentages rounded up for surge, down for unavailability).
-fn scaled(v: Option<&Value>, total: i64, round_up: bool) -> i64 {
-    match v {
-        Some(Value::String(s)) if s.ends_with('%') => {
-            let p: i64 = s.trim_end_matches('%').parse().unwrap_or(0);
-            if round_up {
-                (p * total + 99) / 100
-            } else {
-                p * total / 100
-            }
-        }
-        Some(Value::String(s)) => s.parse().unwrap_or(0),
-        other => int(other),
-    }
-}
-
 /// `maxSurge` and `maxUnavailable` as numbers (kube's `ResolveFenceposts`: never both zero).
 fn fenceposts(d: &Value) -> (i64, i64) {
     let want = int(d.pointer("/spec/replicas"));
     let rolling = d.pointer("/spec/strategy/rollingUpdate");
-    let surge = scaled(rolling.and_then(|r| r.get("maxSurge")), want, true);
-    let unavailable = scaled(rolling.and_then(|r| r.get("maxUnavailable")), want, false);
+    let of = |f: &str, round_up: bool| rolling.and_then(|r| r.get(f)).and_then(|v| super::scaled(v, want, round_up));
+    let (surge, unavailable) = (of("maxSurge", true).unwrap_or(0), of("maxUnavailable", false).unwrap_or(0));
     if surge == 0 && unavailable == 0 {
         return (0, 1);
     }

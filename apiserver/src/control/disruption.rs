@@ -45,18 +45,6 @@ pub async fn run(client: Client) {
     super::together(vec![Box::pin(pdb_watch), Box::pin(pod_watch), Box::pin(work)]).await;
 }
 
-/// An int-or-percent of `total`, rounded up.
-fn scaled(v: &Value, total: i64) -> Option<i64> {
-    match v {
-        Value::String(s) if s.ends_with('%') => {
-            let p: i64 = s.trim_end_matches('%').parse().ok()?;
-            Some((p * total + 99) / 100)
-        }
-        Value::String(s) => s.parse().ok(),
-        other => other.as_i64(),
-    }
-}
-
 /// The scale of the pods' controllers (each counted once), or None if a pod has none kube knows.
 fn controllers_scale(client: &Client, ns: &str, pods: &[Value]) -> Option<i64> {
     let mut seen: BTreeMap<String, i64> = BTreeMap::new();
@@ -122,8 +110,8 @@ async fn sync(client: &Client, queue: &Queue, key: &str) -> Result<(), Failure> 
         return client.put_status(budgets, &pdb, status).await;
     };
     let desired = match (min, max) {
-        (Some(m), _) => scaled(m, expected).unwrap_or(0),
-        (None, Some(m)) => (expected - scaled(m, expected).unwrap_or(0)).max(0),
+        (Some(m), _) => super::scaled(m, expected, true).unwrap_or(0),
+        (None, Some(m)) => (expected - super::scaled(m, expected, true).unwrap_or(0)).max(0),
         (None, None) => 0,
     };
     // Evictions the API recorded: kept until the pod goes or they time out.
@@ -161,17 +149,4 @@ async fn sync(client: &Client, queue: &Queue, key: &str) -> Result<(), Failure> 
         status["disruptedPods"] = Value::Object(disrupted);
     }
     client.put_status(budgets, &pdb, status).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budgets_scale_as_kube_scales_them() {
-        assert_eq!(scaled(&json!("50%"), 5), Some(3));
-        assert_eq!(scaled(&json!(2), 5), Some(2));
-        assert_eq!(scaled(&json!("2"), 5), Some(2));
-        assert_eq!(scaled(&json!("x%"), 5), None);
-    }
 }

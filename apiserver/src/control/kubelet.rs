@@ -409,7 +409,10 @@ impl Kubelet {
                         let ip = self.allocate().ok_or_else(|| Failure::local("the node's podCIDR is full"))?;
                         for c in containers(&pod) {
                             let (cname, image) = (c["name"].as_str().unwrap_or(""), c["image"].as_str().unwrap_or(""));
-                            let pulled = format!("Container image {} already present on machine", go_quote(image));
+                            let pulled = format!(
+                                "Container image {} already present on machine",
+                                crate::status::go_quote(image)
+                            );
                             self.recorder.event(&pod, "Pod", "Normal", "Pulled", pulled);
                             self.recorder.event(
                                 &pod,
@@ -570,10 +573,6 @@ fn field(r: &crate::resources::Resource, f: &str, value: &str) -> Selectors {
 
 fn containers(pod: &Value) -> Vec<Value> {
     pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default()
-}
-
-fn go_quote(s: &str) -> String {
-    crate::status::go_quote(s)
 }
 
 /// An image's digest as a runtime reports it (made from its name).

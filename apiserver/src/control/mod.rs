@@ -317,6 +317,20 @@ pub fn milli(text: &str) -> Option<i64> {
     (v.is_finite() && v.abs() < 9.2e18).then_some(v as i64)
 }
 
+/// An int-or-percent (`maxSurge`, `maxUnavailable`, `minAvailable`) as a number of `total`:
+/// a percentage rounded up or down as `round_up` says (kube's
+/// `GetScaledValueFromIntOrPercent`), a number as it is; None if it is neither.
+pub fn scaled(v: &serde_json::Value, total: i64, round_up: bool) -> Option<i64> {
+    match v {
+        serde_json::Value::String(s) if s.ends_with('%') => {
+            let p: i64 = s.trim_end_matches('%').parse().ok()?;
+            Some(if round_up { (p * total + 99) / 100 } else { p * total / 100 })
+        }
+        serde_json::Value::String(s) => s.parse().ok(),
+        other => other.as_i64(),
+    }
+}
+
 /// The reference a controller sets on what it makes (`controller: true`, blocking the owner's
 /// foreground deletion, as kube's controllers set it).
 pub fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> serde_json::Value {
@@ -392,6 +406,15 @@ mod tests {
         assert!(names(&[""]).unwrap().is_empty());
         assert_eq!(names(&["nope"]).unwrap_err(), "\"nope\" is not in the list of known controllers");
         assert!(names(&["-nope"]).is_err());
+    }
+
+    #[test]
+    fn int_or_percent_scales_as_kube_scales_it() {
+        assert_eq!(scaled(&serde_json::json!("50%"), 5, true), Some(3));
+        assert_eq!(scaled(&serde_json::json!("50%"), 5, false), Some(2));
+        assert_eq!(scaled(&serde_json::json!(2), 5, true), Some(2));
+        assert_eq!(scaled(&serde_json::json!("2"), 5, true), Some(2));
+        assert_eq!(scaled(&serde_json::json!("x%"), 5, true), None);
     }
 
     #[test]

@@ -74,11 +74,11 @@ async fn monitor(
     let names: Vec<String> = all.iter().map(|o| super::informer::key_of(o)).collect();
     seen.lock().retain(|k, _| names.contains(k));
     for o in all {
-        let node = o.value(nodes);
+        let node = o.json(nodes);
         let name = meta::get(&node, "name").to_string();
         let renew = client
             .cached(leases, Some("kube-node-lease"), &name)
-            .and_then(|l| l.value(leases).pointer("/spec/renewTime").cloned());
+            .and_then(|l| l.json(leases).pointer("/spec/renewTime").cloned());
         let heartbeat = conditions(&node).iter().find(|c| c["type"] == "Ready").map(|c| c["lastHeartbeatTime"].clone());
         let beat = json!([renew, heartbeat]);
         let silent = {
@@ -137,10 +137,11 @@ async fn mark_unknown(client: &Client, node: &Value) -> Result<(), Failure> {
 async fn mark_pods_not_ready(client: &Client, node: &str) -> Result<(), Failure> {
     let pods = resource("", "v1", "pods");
     for p in client.cached_list(pods, None) {
-        let mut v = p.value(pods);
-        if v.pointer("/spec/nodeName").and_then(Value::as_str) != Some(node) {
+        let seen = p.json(pods);
+        if seen.pointer("/spec/nodeName").and_then(Value::as_str) != Some(node) {
             continue;
         }
+        let mut v = (*seen).clone();
         let ready = v
             .pointer("/status/conditions")
             .and_then(Value::as_array)
@@ -218,7 +219,7 @@ async fn evict(client: &Client, recorder: &super::record::Recorder) -> Result<()
     let (nodes, pods) = (resource("", "v1", "nodes"), resource("", "v1", "pods"));
     let mut tainted: HashMap<String, Vec<Value>> = HashMap::new();
     for n in client.cached_list(nodes, None) {
-        let v = n.value(nodes);
+        let v = n.json(nodes);
         let taints: Vec<Value> = v.pointer("/spec/taints").and_then(Value::as_array).cloned().unwrap_or_default();
         if taints.iter().any(|t| t["effect"] == "NoExecute") {
             tainted.insert(meta::get(&v, "name").to_string(), taints);
@@ -228,16 +229,17 @@ async fn evict(client: &Client, recorder: &super::record::Recorder) -> Result<()
         return Ok(());
     }
     for p in client.cached_list(pods, None) {
-        let mut v = p.value(pods);
-        let Some(taints) = v.pointer("/spec/nodeName").and_then(Value::as_str).and_then(|n| tainted.get(n)) else {
+        let seen = p.json(pods);
+        let Some(taints) = seen.pointer("/spec/nodeName").and_then(Value::as_str).and_then(|n| tainted.get(n)) else {
             continue;
         };
-        if v.pointer("/metadata/deletionTimestamp").is_some() {
+        if seen.pointer("/metadata/deletionTimestamp").is_some() {
             continue;
         }
-        if !matches!(eviction_after(&v, taints), Some((0, _))) {
+        if !matches!(eviction_after(&seen, taints), Some((0, _))) {
             continue;
         }
+        let mut v = (*seen).clone();
         let (ns, name) = (p.namespace.clone(), meta::get(&v, "name").to_string());
         recorder.event(&v, "Pod", "Normal", "TaintManagerEviction", format!("Marking for deletion Pod {ns}/{name}"));
         crate::bindings::set_condition(

@@ -260,7 +260,6 @@ impl Scheduler {
     }
 
     fn node_changed(&self, c: Change) {
-        let nodes = resource("", "v1", "nodes");
         let name = key_of(c.object());
         {
             let mut st = self.state.lock();
@@ -270,7 +269,6 @@ impl Scheduler {
                 }
                 _ => {
                     let Some(node) = c.object().decoded::<Node>() else { return };
-                    let _ = nodes;
                     match st.nodes.get_mut(&name) {
                         Some(n) => n.node = node,
                         None => {

@@ -211,6 +211,8 @@ async fn lists(report: &mut String) {
         ranges: Default::default(),
         events: std::sync::Arc::new(keel_apiserver::storage::Leases::new(std::time::Duration::from_secs(3600))),
         proxies: Default::default(),
+        auth: Default::default(),
+        admission: Default::default(),
     };
     let mut written = 0;
     for n in [10_000usize, 100_000] {

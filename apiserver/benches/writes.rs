@@ -41,6 +41,8 @@ async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
         format!("--data-dir={}", dir.display()),
         // The API server alone, as the kube-apiserver figures it is compared with.
         "--controllers=".into(),
+        // No `default` service accounts without their controller (see tests/common).
+        "--disable-admission-plugins=ServiceAccount".into(),
     ];
     if let Some(url) = etcd {
         args.push(format!("--etcd-servers={url}"));

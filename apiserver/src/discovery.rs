@@ -168,7 +168,7 @@ fn api_resources(r: &'static Resource) -> impl Iterator<Item = ApiResource> {
         verbs: r.verbs,
         short_names: r.short_names,
         categories: r.categories,
-        storage_version_hash: Some(storage_version_hash(r)),
+        storage_version_hash: r.stored().then(|| storage_version_hash(r)),
     };
     let subs = r.subresources.iter().map(|(sub, verbs)| {
         let (group, version, kind) = response_kind(r, sub);
@@ -196,6 +196,7 @@ fn response_kind(r: &Resource, sub: &str) -> (&'static str, &'static str, &'stat
         "scale" => ("autoscaling", "v1", "Scale"),
         "binding" => ("", "", "Binding"),
         "eviction" => ("policy", "v1", "Eviction"),
+        "token" => ("authentication.k8s.io", "v1", "TokenRequest"),
         _ => ("", "", r.kind),
     }
 }

@@ -5,6 +5,8 @@
 //! errors ([`status`]) are written as kube writes them; discovery and a generic registry serve
 //! the resources of the table in [`resources`] over HTTPS ([`server`], [`run`]).
 
+pub mod admission;
+pub mod auth;
 pub mod bindings;
 pub mod cache;
 pub mod control;

@@ -7,6 +7,10 @@
 //! a client sent beside them, and a field of the wrong type is refused as kube refuses it.
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenReview};
+use k8s_openapi::api::authorization::v1::{
+    LocalSubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview, SubjectAccessReview,
+};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -60,6 +64,8 @@ pub enum Strategy {
     /// RBAC bindings (`crate::rbac`): the role reference and subjects validated, the reference
     /// immutable; `true` for a namespaced RoleBinding.
     Binding(bool),
+    /// The review APIs (`crate::auth::reviews`): answered on create, never stored.
+    Review,
 }
 
 /// When kube bumps `metadata.generation` (set to 1 on create).
@@ -127,6 +133,8 @@ fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Res
 
 /// Every verb of a resource (kube's order: alphabetical).
 const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+/// A review's only verb.
+const CREATE: &[&str] = &["create"];
 /// A status or scale subresource's verbs.
 const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 /// Every verb but deletecollection (namespaces).
@@ -290,7 +298,13 @@ pub static RESOURCES: &[Resource] = &[
         new_status: Some(r#"{"loadBalancer":{}}"#),
         deleted: Deleted::Object,
     ),
-    resource!(ServiceAccount, "serviceaccount", short_names: &["sa"], deleted: Deleted::Object),
+    resource!(
+        ServiceAccount,
+        "serviceaccount",
+        short_names: &["sa"],
+        subresources: &[("token", CREATE)],
+        deleted: Deleted::Object,
+    ),
     // apps/v1
     resource!(ControllerRevision, "controllerrevision"),
     resource!(
@@ -357,6 +371,20 @@ pub static RESOURCES: &[Resource] = &[
     ),
     // coordination.k8s.io/v1
     resource!(Lease, "lease"),
+    // authentication.k8s.io/v1
+    resource!(SelfSubjectReview, "selfsubjectreview", verbs: CREATE, fields: CLUSTER_FIELDS, strategy: Strategy::Review),
+    resource!(TokenReview, "tokenreview", verbs: CREATE, fields: CLUSTER_FIELDS, strategy: Strategy::Review),
+    // authorization.k8s.io/v1
+    resource!(LocalSubjectAccessReview, "localsubjectaccessreview", verbs: CREATE, strategy: Strategy::Review),
+    resource!(
+        SelfSubjectAccessReview,
+        "selfsubjectaccessreview",
+        verbs: CREATE,
+        fields: CLUSTER_FIELDS,
+        strategy: Strategy::Review,
+    ),
+    resource!(SelfSubjectRulesReview, "selfsubjectrulesreview", verbs: CREATE, fields: CLUSTER_FIELDS, strategy: Strategy::Review),
+    resource!(SubjectAccessReview, "subjectaccessreview", verbs: CREATE, fields: CLUSTER_FIELDS, strategy: Strategy::Review),
     // discovery.k8s.io/v1
     resource!(EndpointSlice, "endpointslice"),
     // events.k8s.io/v1
@@ -405,6 +433,11 @@ impl Resource {
     /// The etcd key prefix of this resource's objects (under `--etcd-prefix`).
     pub fn key_prefix(&self) -> String {
         keys::resource_prefix(self.group, self.plural, false)
+    }
+
+    /// Whether its objects are kept in the store (the reviews are only answered).
+    pub fn stored(&self) -> bool {
+        self.strategy != Strategy::Review
     }
 
     pub fn serves(&self, verb: &str) -> bool {

@@ -57,6 +57,15 @@ enum Part {
 }
 
 impl Part {
+    /// The subresource's name (empty for the object itself).
+    fn name(self) -> &'static str {
+        match self {
+            Part::Main => "",
+            Part::Status => "status",
+            Part::Finalizers => "finalize",
+        }
+    }
+
     fn of(sub: Option<&str>) -> Part {
         match sub {
             Some("status") => Part::Status,
@@ -109,6 +118,10 @@ pub struct Api {
     pub events: std::sync::Arc<crate::storage::Leases>,
     /// The kube-proxies of the nodes this process simulates (`--simulated-nodes`).
     pub proxies: crate::control::proxy::Proxies,
+    /// Authentication, authorization and the tokens this server signs.
+    pub auth: std::sync::Arc<crate::auth::Auth>,
+    /// The admission plugins enabled.
+    pub admission: std::sync::Arc<crate::admission::Chain>,
 }
 
 impl Api {
@@ -229,7 +242,7 @@ pub fn shown(r: &Resource, stored: &Stored) -> Result<Value, Status> {
 
 /// An object of `r` as stored: canonical, in the stored form, without its resourceVersion (the
 /// store's revision is).
-fn stored_bytes(r: &Resource, mut v: Value) -> Vec<u8> {
+pub(crate) fn stored_bytes(r: &Resource, mut v: Value) -> Vec<u8> {
     if r.strategy == Strategy::EventV1 {
         v = crate::events::to_storage(v);
         v["kind"] = Value::from("Event");
@@ -479,8 +492,11 @@ pub type Query = HashMap<String, String>;
 
 /// Serves one request for resource `r`; its errors in kube's protobuf when the client asked for
 /// protobuf first, as kube negotiates an error's encoding like any answer's.
+/// One request of `user` (authorized already) for resource `r`.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     api: &Api,
+    user: std::sync::Arc<crate::auth::User>,
     r: &'static Resource,
     method: &Method,
     target: Target,
@@ -488,7 +504,7 @@ pub async fn serve(
     headers: &HeaderMap,
     body: Bytes,
 ) -> http::Response<Body> {
-    let answer = answer(api, r, method, target, query, headers, body).await;
+    let answer = crate::auth::acting_as(user, answer(api, r, method, target, query, headers, body)).await;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if answer.status().as_u16() >= 400 && table::negotiate(accept) == Ok(table::Shape::Protobuf) {
         return in_protobuf(answer).await;
@@ -571,6 +587,10 @@ async fn answer(
                 Ok(opts) => delete_collection(api, r, namespace.as_deref(), query, check.dry_run, &opts).await,
                 Err(s) => Err(s),
             },
+            _ if !r.stored() => {
+                let user = crate::auth::current();
+                crate::auth::reviews::create(api, &user, r, namespace.as_deref(), headers, &body)
+            }
             _ => create(api, r, namespace.as_deref(), headers, &body, &mut check).await,
         },
         Target::Object { namespace, name, sub: Some("scale") } => {
@@ -579,6 +599,11 @@ async fn answer(
                 Ok((code, v)) => json(code, status::go_json(&v)),
                 Err(s) => failure(s),
             };
+        }
+        Target::Object { namespace, name, sub: Some("token") } => {
+            let ns = namespace.as_deref().unwrap_or("");
+            crate::auth::reviews::token_request(api, ns, &name, headers, &body, check.dry_run, &mut check.warnings)
+                .await
         }
         Target::Object { namespace, name, sub: Some(sub @ ("binding" | "eviction")) } => {
             let req = crate::bindings::PodRequest {
@@ -646,39 +671,11 @@ async fn get(api: &Api, r: &Resource, namespace: Option<&str>, name: &str, query
     Ok((StatusCode::OK, shown(r, &stored)?))
 }
 
-/// The namespace an object of `r` created at `namespace` must exist in (kube's
-/// NamespaceLifecycle admission): not found, or terminating, refuses the create.
-async fn check_namespace(api: &Api, r: &Resource, namespace: Option<&str>, name: &str) -> Result<(), Status> {
-    let Some(ns) = namespace.filter(|_| r.namespaced) else { return Ok(()) };
-    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
-    let v = parsed(&read(api, namespaces, &key(api, namespaces, None, ns), ns).await?)?;
-    if field_of(&v, "status.phase") == "Terminating" {
-        let message = format!(
-            "{} {} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-            r.plural,
-            status::go_quote(name)
-        );
-        let details = Details {
-            name: name.into(),
-            group: r.group.into(),
-            kind: r.plural.into(),
-            causes: vec![status::Cause {
-                reason: "NamespaceTerminating",
-                message: format!("namespace {ns} is being terminated"),
-                field: "metadata.namespace".into(),
-            }],
-            ..Default::default()
-        };
-        return Err(Status::failure(403, "Forbidden", message, Some(details)));
-    }
-    Ok(())
-}
-
 /// Defaults a new object as `r`'s strategy does.
 fn prepare_create(r: &Resource, v: &mut Value) {
     match r.strategy {
         Strategy::Plain => crate::validation::defaults(r.group, r.kind, v),
-        Strategy::EventV1 | Strategy::Role(_) | Strategy::Binding(_) => {}
+        Strategy::EventV1 | Strategy::Role(_) | Strategy::Binding(_) | Strategy::Review => {}
         Strategy::Namespace => {
             let name = meta::get(v, "name").to_string();
             let labels = meta::metadata(v).entry("labels").or_insert_with(|| Value::Object(Map::new()));
@@ -692,7 +689,6 @@ fn prepare_create(r: &Resource, v: &mut Value) {
         Strategy::Secret => secret_defaults(v),
         Strategy::Pod => {
             crate::pods::defaults(v);
-            crate::pods::default_tolerations(v);
             crate::pods::new_status(v);
         }
         Strategy::Workload(w) => {
@@ -720,7 +716,7 @@ fn validate(r: &Resource, v: &Value) -> Vec<FieldError> {
         Strategy::Role(namespaced) => crate::rbac::rule_errors(v, namespaced),
         Strategy::Binding(namespaced) => crate::rbac::binding_errors(v, namespaced),
         Strategy::Plain | Strategy::EventV1 => crate::validation::errors(r.group, r.kind, v),
-        Strategy::Namespace | Strategy::Secret => Vec::new(),
+        Strategy::Namespace | Strategy::Secret | Strategy::Review => Vec::new(),
     }
 }
 
@@ -778,8 +774,14 @@ async fn create(
         meta::set(&mut v, "name", &name);
     }
     let name = meta::get(&v, "name").to_string();
-    // The namespace first (kube's admission), then validation.
-    check_namespace(api, r, namespace, &name).await?;
+    // Mutating admission (the namespace first), then the strategy, then validating admission.
+    let user = crate::auth::current();
+    let dry_run = check.dry_run;
+    let admitted =
+        |object| crate::admission::Attributes::create(r, namespace.unwrap_or(""), &name, object, dry_run, &user);
+    let mut mutated = v.clone();
+    crate::admission::mutate(api, &admitted(None), &mut mutated).await?;
+    let mut v = mutated;
     if !meta::get(&v, "resourceVersion").is_empty() {
         return Err(internal("resourceVersion should not be set on objects to be created"));
     }
@@ -795,6 +797,12 @@ async fn create(
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), &name, &errors));
     }
+    crate::auth::authz::guard_rbac_write(api, r, &v, None)?;
+    let mut charges = crate::admission::validate(
+        api,
+        &crate::admission::Attributes::create(r, namespace.unwrap_or(""), &name, Some(&v), dry_run, &user),
+    )
+    .await?;
     // A service's cluster IP and node ports, given back if the create does not happen.
     let taken = match r.strategy {
         Strategy::Service if !check.dry_run => crate::services::allocate(api, &api.ranges, None, &mut v)
@@ -810,13 +818,33 @@ async fn create(
         let Value::Object(m) = v else { return Err(internal("an object is a JSON object")) };
         return Ok((StatusCode::CREATED, r.with_type(m)));
     }
-    let value = stored_bytes(r, v);
+    let value = stored_bytes(r, v.clone());
     let lease = api.lease(r, &name).await?;
-    let rev = match api.storage.create(&key(api, r, namespace, &name), value.clone(), lease).await {
-        Ok(rev) => rev,
-        Err(e) => {
-            crate::services::release(api, &api.ranges, taken).await;
-            return Err(storage_error(r, &name, e));
+    // Stored with its quota charges, or not at all; a quota that moved meanwhile is charged anew.
+    let mut attempt = 0;
+    let rev = loop {
+        attempt += 1;
+        let writes: Vec<_> = charges.iter().map(|c| c.write()).collect();
+        match api.storage.create_with(&key(api, r, namespace, &name), value.clone(), lease, &writes).await {
+            Ok(rev) => break rev,
+            Err(StorageError::Conflict { .. }) if attempt < QUOTA_ATTEMPTS => {
+                match crate::admission::validate(
+                    api,
+                    &crate::admission::Attributes::create(r, namespace.unwrap_or(""), &name, Some(&v), dry_run, &user),
+                )
+                .await
+                {
+                    Ok(c) => charges = c,
+                    Err(s) => {
+                        crate::services::release(api, &api.ranges, taken).await;
+                        return Err(s);
+                    }
+                }
+            }
+            Err(e) => {
+                crate::services::release(api, &api.ranges, taken).await;
+                return Err(storage_error(r, &name, e));
+            }
         }
     };
     Ok((StatusCode::CREATED, shown(r, &Stored { value, rev })?))
@@ -833,6 +861,9 @@ async fn update(
     let v = decode(r, headers, body, check)?;
     update_object(api, r, at, v, check.dry_run).await
 }
+
+/// How often a create is tried again when a quota it is charged to changed under it.
+const QUOTA_ATTEMPTS: usize = 100;
 
 /// How often a patch (or a delete) is made again when the object changed under it.
 pub(crate) const PATCH_ATTEMPTS: usize = 5;
@@ -968,12 +999,25 @@ async fn update_from(
     if expected != old.rev {
         return Err(status::conflict(r.gr(), name, status::OPTIMISTIC_LOCK));
     }
+    let user = crate::auth::current();
+    let admitted = |object, subresource| crate::admission::Attributes {
+        operation: "UPDATE",
+        r,
+        subresource,
+        namespace: at.namespace.unwrap_or(""),
+        name,
+        object,
+        old: Some(&old_v),
+        dry_run,
+        user: &user,
+    };
     if part != Part::Main {
         // A subresource's update: its part of the object, the rest as it was.
         let v = part.applied(&old_v, &v);
         if v == old_v {
             return Ok((StatusCode::OK, shown(r, &old)?));
         }
+        crate::admission::validate(api, &admitted(Some(&v), part.name())).await?;
         return write_or_remove(api, r, k, name, v, &old, dry_run).await;
     }
     // What the server owns: the uid (taken when not given, refused when changed), the creation
@@ -1032,7 +1076,7 @@ async fn update_from(
             crate::validation::defaults(r.group, r.kind, &mut v);
             errors.extend(crate::validation::update_errors(r.group, r.kind, &old_v, &v))
         }
-        Strategy::Namespace | Strategy::Role(_) => {}
+        Strategy::Namespace | Strategy::Role(_) | Strategy::Review => {}
     }
     generation(r, &old_v, &mut v);
     errors.extend(crate::deletion::finalizer_errors(&old_v, &v));
@@ -1042,6 +1086,8 @@ async fn update_from(
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), name, &errors));
     }
+    crate::auth::authz::guard_rbac_write(api, r, &v, Some(&old_v))?;
+    crate::admission::validate(api, &admitted(Some(&v), "")).await?;
     if stored_bytes(r, v.clone()) == old.value {
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
@@ -1225,6 +1271,19 @@ async fn delete_once(api: &Api, r: &Resource, at: (Option<&str>, &str), dry_run:
     let current = read(api, r, &k, name).await?;
     let mut v = parsed_as(r, &current)?;
     preconditions(opts, r, name, &v, current.rev)?;
+    let user = crate::auth::current();
+    let deleting = crate::admission::Attributes {
+        operation: "DELETE",
+        r,
+        subresource: "",
+        namespace: namespace.unwrap_or(""),
+        name,
+        object: None,
+        old: Some(&v),
+        dry_run,
+        user: &user,
+    };
+    crate::admission::validate(api, &deleting).await?;
     // A namespace with finalizers is marked Terminating and kept until they are gone (the
     // namespace controller's work).
     let finalizers = v.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());

@@ -77,9 +77,47 @@ pub struct Flags {
     /// made in the data directory (`pki/sa.key`).
     #[arg(long)]
     pub service_account_signing_key_file: Option<PathBuf>,
+    /// Files of keys (PEM: public keys, or private keys whose public halves count) service
+    /// account tokens are verified with, beside the signing key's; may be given again.
+    #[arg(long)]
+    pub service_account_key_file: Vec<PathBuf>,
+    /// The issuer of the service account tokens this server issues (the first) and accepts (all);
+    /// may be given again.
+    #[arg(long, default_value = "https://kubernetes.default.svc.cluster.local")]
+    pub service_account_issuer: Vec<String>,
+    /// The audiences API tokens must name one of (comma-separated); without them, the issuers.
+    #[arg(long, value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
+    /// The longest a requested service account token may live (a Go duration; 0: no limit).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub service_account_max_token_expiration: Duration,
+    /// Static bearer tokens (kube's CSV: `token,user,uid[,"group1,group2"]`).
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// Whether requests without credentials are served as `system:anonymous`.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub anonymous_auth: bool,
+    /// Admission plugins to run beside kube's default set (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub enable_admission_plugins: Vec<String>,
+    /// Admission plugins of kube's default set not to run (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub disable_admission_plugins: Vec<String>,
+    /// The authorizers, in order (comma-separated: AlwaysAllow, AlwaysDeny, Node, RBAC).
+    #[arg(long, value_delimiter = ',', default_value = "Node,RBAC")]
+    pub authorization_mode: Vec<String>,
     /// Where the embedded store, the made certificates and the admin kubeconfig live.
     #[arg(long, default_value = "keel-apiserver.data")]
     pub data_dir: PathBuf,
+}
+
+/// A Go boolean flag value (`strconv.ParseBool`).
+pub fn parse_bool(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("strconv.ParseBool: parsing {s:?}: invalid syntax")),
+    }
 }
 
 /// A Go duration (`time.ParseDuration`): numbers with units h, m, s, ms, us, ns; `0` alone.
@@ -285,18 +323,77 @@ fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-/// The TLS server configuration: the serving certificate, and client certificates verified
-/// against the client CA (required: until authentication and authorization land, issue 11, a
-/// client the CA vouches for may do everything, and nobody else may do anything).
-fn tls_config(serving: (&str, &str), client_ca: &str) -> Result<rustls::ServerConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let provider = keel_store::tls::provider();
+/// The client CA's verifier: what the client certificate authenticator checks a presented
+/// certificate with.
+fn client_verifier(client_ca: &str) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
     let mut roots = rustls::RootCertStore::empty();
     for c in certs(client_ca)? {
         roots.add(c)?;
     }
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+    let provider = keel_store::tls::provider();
+    Ok(rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?)
+}
+
+/// Asks clients for a certificate of the client CA's (named in the handshake) and takes
+/// whatever they present once they prove they hold its key: the certificate is checked by
+/// authentication, per request, so that a bad one is kube's 401 rather than a failed handshake
+/// (kube serves with `tls.RequestClientCert` for the same reason).
+#[derive(Debug)]
+struct Requested {
+    ca: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::server::danger::ClientCertVerifier for Requested {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.ca.root_hint_subjects()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// The TLS server configuration: the serving certificate, and client certificates requested
+/// (not required) for the client CA.
+fn tls_config(
+    serving: (&str, &str),
+    ca: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+) -> Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = keel_store::tls::provider();
+    let verifier = Arc::new(Requested { ca, algorithms: provider.signature_verification_algorithms });
     let key = PrivateKeyDer::from_pem_slice(serving.1.as_bytes()).context("the serving key")?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -334,6 +431,65 @@ current-context: keel
     )
 }
 
+/// Authentication and authorization as the flags configure them.
+fn auth(
+    flags: &Flags,
+    client_ca: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    signing_key: &str,
+    signer: Arc<crate::control::tokens::Signer>,
+) -> Result<crate::auth::Auth> {
+    use crate::auth::authn::{self, Key};
+    let authz = crate::auth::authz::Authorizer::parse(&flags.authorization_mode)
+        .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
+    let mut keys =
+        Key::from_pem(signing_key).map_err(|e| anyhow::anyhow!("--service-account-signing-key-file: {e}"))?;
+    for f in &flags.service_account_key_file {
+        let pem = std::fs::read_to_string(f).with_context(|| format!("--service-account-key-file: {}", f.display()))?;
+        keys.extend(
+            Key::from_pem(&pem).map_err(|e| anyhow::anyhow!("--service-account-key-file {}: {e}", f.display()))?,
+        );
+    }
+    let issuers: Vec<String> = flags.service_account_issuer.iter().filter(|i| !i.is_empty()).cloned().collect();
+    if issuers.is_empty() {
+        bail!("--service-account-issuer: at least one issuer is required");
+    }
+    let audiences = if flags.api_audiences.is_empty() { issuers.clone() } else { flags.api_audiences.clone() };
+    let tokens = match &flags.token_auth_file {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("--token-auth-file: {}", f.display()))?;
+            authn::token_file(&text).map_err(|e| anyhow::anyhow!("token file '{}' {e}", f.display()))?
+        }
+        None => Default::default(),
+    };
+    let max = flags.service_account_max_token_expiration.as_secs() as i64;
+    Ok(crate::auth::Auth {
+        authn: authn::Authenticator {
+            client_ca: Some(client_ca),
+            tokens,
+            service_accounts: authn::ServiceAccounts { keys, issuers: issuers.clone(), audiences },
+            anonymous: flags.anonymous_auth,
+        },
+        authz,
+        signer: Some(signer),
+        issuer: issuers[0].clone(),
+        max_token_expiration: if max == 0 { i64::MAX } else { max },
+    })
+}
+
+/// The priority classes kube-apiserver makes at start.
+const SYSTEM_PRIORITY_CLASSES: [fn() -> serde_json::Value; 2] = [
+    || {
+        serde_json::json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "system-node-critical"}, "value": 2000001000,
+            "description": "Used for system critical pods that must not be moved from their current node."})
+    },
+    || {
+        serde_json::json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "system-cluster-critical"}, "value": 2000000000,
+            "description": "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."})
+    },
+];
+
 /// The namespaces kube-apiserver makes at start.
 const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -364,14 +520,6 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     let consistent = member.is_some() || progress_trusted(&version);
     let (caches, feeding) = Caches::start(&storage, &prefix, consistent);
     tasks.extend(feeding);
-    let api = Api {
-        storage: storage.clone(),
-        prefix,
-        caches,
-        ranges: std::sync::Arc::new(ranges),
-        events: std::sync::Arc::new(crate::storage::Leases::new(flags.event_ttl)),
-        proxies: Default::default(),
-    };
 
     let listener = tokio::net::TcpListener::bind((flags.bind_address, flags.secure_port)).await?;
     let addr = listener.local_addr()?;
@@ -392,10 +540,36 @@ pub async fn start(flags: &Flags) -> Result<Running> {
         Some(f) => std::fs::read_to_string(f)?,
         None => made.ca.clone(),
     };
-    let tls = tls_config((&serving.0, &serving.1), &client_ca)?;
+    let ca_verifier = client_verifier(&client_ca)?;
+    let tls = tls_config((&serving.0, &serving.1), ca_verifier.clone())?;
     let kubeconfig_path = flags.data_dir.join("kubeconfig");
     let ca_for_clients = if flags.tls_cert_file.is_some() { String::new() } else { made.ca.clone() };
     write_private(&kubeconfig_path, kubeconfig(&server_url, &ca_for_clients, &made.admin).as_bytes())?;
+
+    let sa_key = match &flags.service_account_signing_key_file {
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("--service-account-signing-key-file: {}", f.display()))?,
+        None => service_account_key(&flags.data_dir)?,
+    };
+    let token_ca = if ca_for_clients.is_empty() { client_ca.clone() } else { ca_for_clients.clone() };
+    let signer = Arc::new(
+        crate::control::tokens::Signer::from_pem(&sa_key, token_ca)
+            .map_err(|e| anyhow::anyhow!("--service-account-signing-key-file: {e}"))?,
+    );
+    let auth = auth(flags, ca_verifier, &sa_key, signer.clone())?;
+    let admission =
+        crate::admission::Chain::of_flags(&flags.enable_admission_plugins, &flags.disable_admission_plugins)
+            .map_err(|e| anyhow::anyhow!("--enable-admission-plugins/--disable-admission-plugins: {e}"))?;
+    let api = Api {
+        storage: storage.clone(),
+        prefix,
+        caches,
+        ranges: std::sync::Arc::new(ranges),
+        events: std::sync::Arc::new(crate::storage::Leases::new(flags.event_ttl)),
+        proxies: Default::default(),
+        auth: Arc::new(auth),
+        admission: Arc::new(admission),
+    };
 
     let shared = Arc::new(Shared { api: api.clone(), address: format!("{host}:{}", addr.port()) });
     // The store may still be starting (an etcd that listens before it serves): retried.
@@ -425,18 +599,16 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     if !api.caches.ready(Duration::from_secs(60)).await {
         bail!("the watch caches did not fill from the store within a minute");
     }
-    let sa_key = match &flags.service_account_signing_key_file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("--service-account-signing-key-file: {}", f.display()))?,
-        None => service_account_key(&flags.data_dir)?,
-    };
-    let token_ca = if ca_for_clients.is_empty() { client_ca.clone() } else { ca_for_clients.clone() };
-    let signer = crate::control::tokens::Signer::from_pem(&sa_key, token_ca)
-        .map_err(|e| anyhow::anyhow!("--service-account-signing-key-file: {e}"))?;
-    let settings = crate::control::Settings {
-        node_monitor_grace_period: flags.node_monitor_grace_period,
-        signer: Some(Arc::new(signer)),
-    };
+    for class in SYSTEM_PRIORITY_CLASSES {
+        if let Err(s) = crate::rest::ensure(&api, "priorityclasses", None, class()).await {
+            bail!("creating the system priority classes: {}", s.message);
+        }
+    }
+    crate::auth::bootstrap::ensure(&api)
+        .await
+        .map_err(|s| anyhow::anyhow!("keeping the default RBAC policy: {}", s.message))?;
+    let settings =
+        crate::control::Settings { node_monitor_grace_period: flags.node_monitor_grace_period, signer: Some(signer) };
     tasks.extend(crate::control::start(&api, controllers, settings));
     tasks.extend(crate::control::kubelet::start(&api, flags.simulated_nodes));
     if !flags.etcd_compaction_interval.is_zero() {
@@ -444,13 +616,13 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let incoming = keel_store::tls::Incoming::new(listener, Some(&keel_store::tls::Side::serving(Arc::new(tls))))?;
-    let router = server::router(shared);
+    let router = server::router(shared).into_make_service_with_connect_info::<keel_store::tls::ConnInfo>();
     tasks.push(tokio::spawn(async move {
         let mut stopped = stopped;
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
-        let _ = keel_store::server::serve_with(incoming, router, shutdown).await;
+        let _ = axum::serve(incoming, router).with_graceful_shutdown(shutdown).await;
     }));
     tracing::info!(%addr, kubeconfig = %kubeconfig_path.display(), "keel-apiserver serving");
     Ok(Running { addr, kubeconfig: kubeconfig_path, api, stop, tasks, member })

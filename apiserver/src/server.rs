@@ -32,7 +32,51 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(health))
         .route("/readyz", get(health))
         .fallback(dispatch)
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
+}
+
+/// The headers a request's credentials and impersonation travel in, removed once read.
+const CREDENTIAL_HEADERS: [&str; 4] = ["authorization", "impersonate-user", "impersonate-group", "impersonate-uid"];
+
+/// Every request, before anything else: who sends it (401 if its credentials fail), whom it
+/// acts as (impersonation), and whether that user may do what it asks (403) — kube's
+/// authentication, impersonation and authorization filters. The user travels on in the
+/// request's extensions.
+async fn guard(State(s): State<Arc<Shared>>, mut req: Request, next: axum::middleware::Next) -> http::Response<Body> {
+    let api = &s.api;
+    let chain =
+        req.extensions().get::<axum::extract::ConnectInfo<keel_store::tls::ConnInfo>>().and_then(|c| c.0.chain.clone());
+    let user = match api.auth.authn.authenticate(api, req.headers(), chain.as_deref()) {
+        Ok(u) => u,
+        Err(e) => return rest::failure(e),
+    };
+    let user = match crate::auth::authn::impersonated(user, req.headers(), |u, r| api.auth.authz.authorize(api, u, r)) {
+        Ok(u) => u,
+        Err(e) => return rest::failure(e),
+    };
+    let headers = req.headers_mut();
+    for h in CREDENTIAL_HEADERS {
+        headers.remove(h);
+    }
+    let extras: Vec<_> = headers.keys().filter(|k| k.as_str().starts_with("impersonate-extra-")).cloned().collect();
+    for k in extras {
+        headers.remove(k);
+    }
+    let path = req.uri().path().to_string();
+    let segs = segments(&path);
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let asked = crate::auth::Request::of(req.method(), &path, &segs, &query_of(req.uri()));
+    if let Err(e) = api.auth.authz.authorize(api, &user, &asked) {
+        return rest::failure(e);
+    }
+    req.extensions_mut().insert(Arc::new(user));
+    next.run(req).await
+}
+
+/// A path's segments after its leading `/`, percent-decoded (a trailing `/` left out).
+fn segments(path: &str) -> Vec<String> {
+    path.trim_end_matches('/').split('/').skip(1).map(percent_decode).collect()
 }
 
 fn text(code: StatusCode, body: &str) -> http::Response<Body> {
@@ -91,8 +135,7 @@ fn query_of(uri: &http::Uri) -> Query {
 /// Every kube path: discovery documents and resources.
 async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<Body> {
     let (parts, body) = req.into_parts();
-    let path = parts.uri.path().trim_end_matches('/').to_string();
-    let segs: Vec<String> = path.split('/').skip(1).map(percent_decode).collect();
+    let segs = segments(parts.uri.path());
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let read = parts.method == Method::GET;
@@ -161,7 +204,12 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
     if watch_path {
         query.insert("watch".into(), "true".into());
     }
-    rest::serve(&s.api, resource, &parts.method, target, &query, &parts.headers, body).await
+    let user = parts
+        .extensions
+        .get::<Arc<crate::auth::User>>()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(crate::auth::User::anonymous()));
+    rest::serve(&s.api, user, resource, &parts.method, target, &query, &parts.headers, body).await
 }
 
 fn found<T: serde::Serialize>(d: Option<T>) -> http::Response<Body> {

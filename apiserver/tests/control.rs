@@ -12,22 +12,15 @@ use std::path::Path;
 mod common;
 
 use common::{eventually, Kubectl};
-use keel_apiserver::run::{start, Flags, Running};
+use keel_apiserver::run::Running;
 use serde_json::{json, Value};
 
 const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
 
 async fn serve(dir: &Path) -> Running {
-    let args = [
-        "keel-apiserver".to_string(),
-        "--secure-port=0".into(),
-        "--bind-address=127.0.0.1".into(),
-        format!("--data-dir={}", dir.join("apiserver").display()),
-        "--simulated-nodes=3".into(),
-        // A silent node is noticed after 4 s (kube's default is 40 s).
-        "--node-monitor-grace-period=4s".into(),
-    ];
-    start(&<Flags as clap::Parser>::parse_from(args)).await.expect("keel-apiserver starts")
+    // A silent node is noticed after 4 s (kube's default is 40 s).
+    let flags = ["--simulated-nodes=3", "--node-monitor-grace-period=4s"];
+    common::started(dir, &flags.map(String::from)).await
 }
 
 /// keel-apiserver with three simulated nodes, and kubectl for it, once the nodes are there.

@@ -19,6 +19,8 @@ async fn serve(dir: &Path, etcd: Option<&str>) -> Running {
         // The API alone, as kube-apiserver is without a controller manager: what these scenarios
         // write (statuses, finalizers) stays as written. `tests/control.rs` runs the controllers.
         "--controllers=".into(),
+        // No `default` service accounts without their controller (see tests/common).
+        "--disable-admission-plugins=ServiceAccount".into(),
     ];
     if let Some(url) = etcd {
         args.push(format!("--etcd-servers={url}"));

@@ -292,12 +292,14 @@ pub async fn dial(tls: Arc<ClientConfig>, uri: &http::Uri) -> io::Result<Box<dyn
 pub trait Conn: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Conn for T {}
 
-/// What the server knows of a connection: the client's address and, on a client listener with
-/// `--client-cert-auth`, the common name of its verified certificate.
+/// What the server knows of a connection: the client's address, on a client listener with
+/// `--client-cert-auth` the common name of its verified certificate, and the certificates the
+/// client presented (leaf first), for servers that verify them per request.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
     pub addr: SocketAddr,
     pub user: Option<String>,
+    pub chain: Option<Arc<[CertificateDer<'static>]>>,
 }
 
 /// A TCP listener's connections with their TLS handshakes done (when the listener has TLS):
@@ -325,7 +327,7 @@ impl Incoming {
                 };
                 let _ = tcp.set_nodelay(true);
                 let Some((acceptor, cert_user)) = tls.clone() else {
-                    if tx.send((Box::new(tcp), ConnInfo { addr, user: None })).await.is_err() {
+                    if tx.send((Box::new(tcp), ConnInfo { addr, user: None, chain: None })).await.is_err() {
                         return;
                     }
                     continue;
@@ -337,11 +339,14 @@ impl Incoming {
                         Ok(Err(e)) => return tracing::debug!(%addr, "TLS handshake failed: {e}"),
                         Err(_) => return tracing::debug!(%addr, "TLS handshake timed out"),
                     };
-                    let user = match stream.get_ref().1.peer_certificates() {
+                    let presented = stream.get_ref().1.peer_certificates();
+                    let user = match presented {
                         Some([leaf, ..]) if cert_user => common_name(leaf),
                         _ => None,
                     };
-                    let _ = tx.send((Box::new(stream), ConnInfo { addr, user })).await;
+                    let chain =
+                        presented.filter(|c| !c.is_empty()).map(|c| c.iter().map(|d| d.clone().into_owned()).collect());
+                    let _ = tx.send((Box::new(stream), ConnInfo { addr, user, chain })).await;
                 });
             }
         });
@@ -368,7 +373,13 @@ impl axum::serve::Listener for Incoming {
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(ConnInfo { addr: self.local, user: None })
+        Ok(ConnInfo { addr: self.local, user: None, chain: None })
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Incoming>> for ConnInfo {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Incoming>) -> Self {
+        stream.remote_addr().clone()
     }
 }
 

@@ -608,7 +608,7 @@ impl Caches {
     pub fn start(storage: &Storage, prefix: &str, consistent: bool) -> (Caches, Vec<tokio::task::JoinHandle<()>>) {
         let mut caches = HashMap::new();
         let mut tasks = Vec::new();
-        for r in crate::resources::RESOURCES {
+        for r in crate::resources::RESOURCES.iter().filter(|r| r.stored()) {
             let within = crate::storage::keys::collection(prefix, &r.key_prefix(), None);
             let cache = Arc::new(Cache::new(r, within, consistent));
             tasks.push(tokio::spawn(reflector::run(cache.clone(), storage.clone())));

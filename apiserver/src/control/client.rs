@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::auth::User;
 use crate::cache::{Cache, Object};
 use crate::resources::{self, Resource};
 use crate::rest::{Api, Query, Target};
@@ -38,10 +39,10 @@ impl Failure {
 #[derive(Clone)]
 pub struct Client {
     pub api: Api,
-    /// Who writes (`system:kube-scheduler`, `system:kube-controller-manager`,
-    /// `system:node:<name>`): the requests' user agent, and the user once authentication and
-    /// authorization (issue 11) stand on the request path.
-    pub user: Arc<str>,
+    /// Who writes (`system:kube-scheduler`, a controller's service account,
+    /// `system:node:<name>`): the requests' user, authorized as any client's, and their user
+    /// agent.
+    pub user: Arc<User>,
 }
 
 /// A built-in resource by group, version and plural (one of the table's).
@@ -51,12 +52,12 @@ pub fn resource(group: &str, version: &str, plural: &str) -> &'static Resource {
 
 impl Client {
     pub fn new(api: Api, user: &str) -> Client {
-        Client { api, user: user.into() }
+        Client { api, user: Arc::new(User::internal(user)) }
     }
 
     /// The same API as another identity.
     pub fn as_user(&self, user: &str) -> Client {
-        Client { api: self.api.clone(), user: user.into() }
+        Client::new(self.api.clone(), user)
     }
 
     /// The watch cache of `r`.
@@ -86,7 +87,7 @@ impl Client {
     ) -> Result<Value, Failure> {
         let mut headers = HeaderMap::new();
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        if let Ok(ua) = HeaderValue::from_str(&format!("keel-apiserver ({})", self.user)) {
+        if let Ok(ua) = HeaderValue::from_str(&format!("keel-apiserver ({})", self.user.name)) {
             headers.insert(header::USER_AGENT, ua);
         }
         let body = match body {
@@ -97,7 +98,12 @@ impl Client {
             None => Bytes::new(),
         };
         let query: Query = query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let answer = crate::rest::serve(&self.api, r, &method, target, &query, &headers, body).await;
+        let request = crate::auth::Request::of_target(&method, r, &target, &query);
+        if let Err(s) = self.api.auth.authz.authorize(&self.api, &self.user, &request) {
+            tracing::warn!(user = %self.user.name, "{}", s.message);
+            return Err(Failure { code: s.code, reason: s.reason.to_string(), message: s.message });
+        }
+        let answer = crate::rest::serve(&self.api, self.user.clone(), r, &method, target, &query, &headers, body).await;
         let code = answer.status().as_u16();
         let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
             .await

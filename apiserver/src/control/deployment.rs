@@ -336,10 +336,13 @@ impl Controller {
         if rev == 0 || revision(d) == rev {
             return Ok(());
         }
+        // An update at the version seen, as kube's controller writes it (its role may update a
+        // Deployment, not patch it).
         let deployments = resource("apps", "v1", "deployments");
-        let patch = json!({"metadata": {"annotations": {REVISION: rev.to_string()}}});
+        let mut updated = d.clone();
+        updated["metadata"]["annotations"][REVISION] = json!(rev.to_string());
         self.client
-            .merge_patch(deployments, Some(meta::get(d, "namespace")), meta::get(d, "name"), None, &patch)
+            .update(deployments, Some(meta::get(d, "namespace")), meta::get(d, "name"), None, &updated)
             .await
             .map(|_| ())
     }

@@ -88,7 +88,7 @@ struct Collector {
 /// The resources the collector watches: each key space once, events left out (they expire).
 fn watched() -> Vec<&'static Resource> {
     let mut seen = HashSet::new();
-    RESOURCES.iter().filter(|r| r.plural != "events" && seen.insert(r.key_prefix())).collect()
+    RESOURCES.iter().filter(|r| r.stored() && r.plural != "events" && seen.insert(r.key_prefix())).collect()
 }
 
 pub async fn run(client: Client) {

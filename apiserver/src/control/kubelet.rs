@@ -72,7 +72,7 @@ pub fn start(api: &Api, n: usize) -> Vec<tokio::task::JoinHandle<()>> {
             let proxier = super::proxy::Proxier::new(&name, &node_ip(i).to_string());
             api.proxies.write().insert(name.clone(), proxier.clone());
             let proxies = api.proxies.clone();
-            let proxy = proxier.run(client.as_user(&format!("system:kube-proxy:{name}")));
+            let proxy = proxier.run(client.as_user("system:kube-proxy"));
             tokio::spawn(async move {
                 tokio::select! {
                     _ = Kubelet::new(client, i).run() => {}

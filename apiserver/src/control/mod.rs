@@ -266,7 +266,11 @@ pub fn start(api: &Api, controllers: Vec<&'static Controller>, settings: Setting
                 }
                 let mut running = tokio::task::JoinSet::new();
                 for c in &mine {
-                    running.spawn((c.run)(client.clone(), &settings));
+                    let client = match account(c.name) {
+                        Some(sa) => client.as_user(&format!("system:serviceaccount:kube-system:{sa}")),
+                        None => client.clone(),
+                    };
+                    running.spawn((c.run)(client, &settings));
                 }
                 let _ = leads.wait_for(|l| !*l).await;
                 running.abort_all();
@@ -275,6 +279,34 @@ pub fn start(api: &Api, controllers: Vec<&'static Controller>, settings: Setting
         }));
     }
     tasks
+}
+
+/// The service account a controller writes as (kube-controller-manager's
+/// `--use-service-account-credentials`, each bound to its `system:controller:<account>` role);
+/// None for those that use the binary's own identity.
+fn account(controller: &str) -> Option<&'static str> {
+    Some(match controller {
+        "deployment-controller" => "deployment-controller",
+        "replicaset-controller" => "replicaset-controller",
+        "replicationcontroller-controller" => "replication-controller",
+        "daemonset-controller" => "daemon-set-controller",
+        "statefulset-controller" => "statefulset-controller",
+        "job-controller" => "job-controller",
+        "cronjob-controller" => "cronjob-controller",
+        "ttl-after-finished-controller" => "ttl-after-finished-controller",
+        "garbage-collector-controller" => "generic-garbage-collector",
+        "endpointslice-controller" => "endpointslice-controller",
+        "endpoints-controller" => "endpoint-controller",
+        "endpointslice-mirroring-controller" => "endpointslicemirroring-controller",
+        "namespace-controller" => "namespace-controller",
+        "serviceaccount-controller" => "service-account-controller",
+        "node-lifecycle-controller" => "node-controller",
+        "pod-garbage-collector-controller" => "pod-garbage-collector",
+        "disruption-controller" => "disruption-controller",
+        "resourcequota-controller" => "resourcequota-controller",
+        "clusterrole-aggregation-controller" => "clusterrole-aggregation-controller",
+        _ => return None,
+    })
 }
 
 /// Runs `informers` (each an informer task) and `workers` together until the task is aborted.

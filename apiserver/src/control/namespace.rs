@@ -19,7 +19,7 @@ use crate::rest::{Selectors, Target};
 /// Every namespaced resource, each key space once.
 fn namespaced() -> Vec<&'static Resource> {
     let mut seen = HashSet::new();
-    RESOURCES.iter().filter(|r| r.namespaced && seen.insert(r.key_prefix())).collect()
+    RESOURCES.iter().filter(|r| r.stored() && r.namespaced && seen.insert(r.key_prefix())).collect()
 }
 
 pub async fn run(client: Client) {

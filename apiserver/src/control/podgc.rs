@@ -80,7 +80,11 @@ async fn collect(client: &Client, missing: &mut HashMap<String, Instant>) -> Res
         if !matches!(phase, "Succeeded" | "Failed") {
             marked["status"]["phase"] = json!("Failed");
         }
-        match client.update(pods, Some(meta::get(p, "namespace")), meta::get(p, "name"), Some("status"), &marked).await
+        // A patch of the status, as kube's collector writes it (its role patches pods/status).
+        let patch = json!({"status": marked["status"]});
+        match client
+            .merge_patch(pods, Some(meta::get(p, "namespace")), meta::get(p, "name"), Some("status"), &patch)
+            .await
         {
             Err(e) if !e.is("NotFound") && e.code != 409 => return Err(e),
             _ => {}

@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::client::{resource, Client};
 use super::informer::{self, key_of, split_key};
 use super::{milli, Failure, Queue};
-use crate::resources::RESOURCES;
-use crate::rest::Selectors;
+use crate::resources::{Resource, RESOURCES};
+use crate::rest::{Selectors, Target};
 
 const RESYNC: Duration = Duration::from_secs(300);
 
@@ -88,6 +88,63 @@ fn in_scope(scopes: &[String], pod: &Value) -> bool {
     })
 }
 
+/// The resource whose objects quota item `name` counts, if it is one kube counts.
+pub fn counted(name: &str) -> Option<&'static Resource> {
+    let (plural, group) = match name {
+        "pods"
+        | "services"
+        | "configmaps"
+        | "secrets"
+        | "persistentvolumeclaims"
+        | "replicationcontrollers"
+        | "resourcequotas" => (name, ""),
+        "services.nodeports" | "services.loadbalancers" => ("services", ""),
+        "requests.storage" => ("persistentvolumeclaims", ""),
+        n if n.starts_with("count/") => {
+            let what = &n["count/".len()..];
+            what.split_once('.').unwrap_or((what, ""))
+        }
+        n if n.contains("cpu") || n.contains("memory") || n.contains("ephemeral-storage") => ("pods", ""),
+        _ => return None,
+    };
+    RESOURCES.iter().find(|r| r.stored() && r.plural == plural && r.group == group && r.namespaced)
+}
+
+/// What one object of `r` adds to quota item `name` within `scopes`, in thousandths (a pod that
+/// finished, or outside the scopes, adds nothing).
+pub fn charge(r: &Resource, object: &Value, scopes: &[String], name: &str) -> i64 {
+    if counted(name).is_none_or(|c| c.plural != r.plural || c.group != r.group) {
+        return 0;
+    }
+    let one = 1000;
+    if r.group.is_empty() && r.plural == "pods" {
+        let finished = matches!(object.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"));
+        if finished || !in_scope(scopes, object) {
+            return 0;
+        }
+    }
+    match name {
+        "services.nodeports" => {
+            let ports = object.pointer("/spec/ports").and_then(Value::as_array).into_iter().flatten();
+            one * ports.filter(|p| p.get("nodePort").is_some_and(|n| !n.is_null())).count() as i64
+        }
+        "services.loadbalancers" => {
+            if object.pointer("/spec/type") == Some(&json!("LoadBalancer")) {
+                one
+            } else {
+                0
+            }
+        }
+        "requests.storage" => {
+            object.pointer("/spec/resources/requests/storage").and_then(Value::as_str).and_then(milli).unwrap_or(0)
+        }
+        n if r.plural == "pods" && (n.contains("cpu") || n.contains("memory") || n.contains("ephemeral-storage")) => {
+            pod_usage(object, n)
+        }
+        _ => one,
+    }
+}
+
 /// What the pods ask of `name` (`requests.cpu`, `limits.memory`, `cpu`…), in thousandths.
 fn pod_usage(pod: &Value, name: &str) -> i64 {
     let (kind, res) = match name.split_once('.') {
@@ -124,51 +181,20 @@ async fn sync(client: &Client, key: &str) -> Result<(), Failure> {
         quota.pointer("/spec/hard").and_then(|h| serde_json::from_value(h.clone()).ok()).unwrap_or_default();
     let scopes: Vec<String> =
         quota.pointer("/spec/scopes").and_then(|s| serde_json::from_value(s.clone()).ok()).unwrap_or_default();
-    let listed = |plural: &str| -> Vec<Value> {
-        crate::resources::find("", "v1", plural)
-            .map(|r| client.cached_list(r, Some(ns)).iter().map(|x| (*x.json(r)).clone()).collect())
-            .unwrap_or_default()
-    };
-    let pods: Vec<Value> = listed("pods")
-        .into_iter()
-        .filter(|p| !matches!(p.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed")))
-        .filter(|p| in_scope(&scopes, p))
-        .collect();
     let mut used = serde_json::Map::new();
+    let mut listed: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for name in hard.keys() {
-        let count = |n: usize| (n as i64) * 1000;
-        let services = || listed("services");
-        let thousandths = match name.as_str() {
-            "pods" | "count/pods" => count(pods.len()),
-            "services" | "count/services" => count(services().len()),
-            "services.nodeports" => count(
-                services()
-                    .iter()
-                    .flat_map(|s| s.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default())
-                    .filter(|p| p.get("nodePort").is_some_and(|n| !n.is_null()))
-                    .count(),
-            ),
-            "services.loadbalancers" => {
-                count(services().iter().filter(|s| s.pointer("/spec/type") == Some(&json!("LoadBalancer"))).count())
-            }
-            "configmaps" | "secrets" | "persistentvolumeclaims" | "replicationcontrollers" | "resourcequotas" => {
-                count(listed(name).len())
-            }
-            "requests.storage" => listed("persistentvolumeclaims")
-                .iter()
-                .filter_map(|c| c.pointer("/spec/resources/requests/storage").and_then(Value::as_str).and_then(milli))
-                .sum(),
-            n if n.starts_with("count/") => {
-                let what = &n["count/".len()..];
-                let (plural, group) = what.split_once('.').unwrap_or((what, ""));
-                let r = RESOURCES.iter().find(|r| r.plural == plural && r.group == group && r.namespaced);
-                count(r.map_or(0, |r| client.cached_list(r, Some(ns)).len()))
-            }
-            n if n.contains("cpu") || n.contains("memory") || n.contains("ephemeral-storage") => {
-                pods.iter().map(|p| pod_usage(p, n)).sum()
-            }
-            _ => continue,
-        };
+        let Some(r) = counted(name) else { continue };
+        // Counted from a consistent LIST: at a revision past the quota's version, so it holds
+        // every object that version was charged for (admission charges in the creating
+        // transaction), and the write below, conditional on that version, never takes back a
+        // charge for an object it did not count.
+        if !listed.contains_key(r.plural) {
+            let target = Target::Collection { namespace: Some(ns.to_string()) };
+            let list = client.call(r, http::Method::GET, target, &[], None).await?;
+            listed.insert(r.plural, list["items"].as_array().cloned().unwrap_or_default());
+        }
+        let thousandths: i64 = listed[r.plural].iter().map(|o| charge(r, o, &scopes, name)).sum();
         used.insert(name.clone(), json!(format(name, thousandths)));
     }
     let status = json!({"hard": hard, "used": used});

@@ -288,6 +288,41 @@ impl Storage {
         Ok(resp.header.map_or(0, |h| h.revision))
     }
 
+    /// Creates the object at `key` together with writes of other keys, each only if it is
+    /// still at its revision (a ResourceQuota's charge for the object): all or nothing, in one
+    /// transaction. `AlreadyExists` if the object is there, `Conflict` if another key moved.
+    pub async fn create_with(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: i64,
+        others: &[(String, Vec<u8>, i64)],
+    ) -> Result<i64> {
+        let put = |k: &str, v: Vec<u8>, lease: i64| RequestOp {
+            request: Some(Request::RequestPut(PutRequest {
+                key: k.as_bytes().to_vec().into(),
+                value: v.into(),
+                lease,
+                ..Default::default()
+            })),
+        };
+        let mut compare = vec![compare_mod_rev(key, 0)];
+        let mut success = vec![put(key, value, lease)];
+        for (k, v, rev) in others {
+            compare.push(compare_mod_rev(k, *rev));
+            success.push(put(k, v.clone(), 0));
+        }
+        let txn = TxnRequest { compare, success, failure: vec![get_op(key)] };
+        let resp = self.kv(|mut kv| async move { kv.txn(txn).await }).await?;
+        if resp.succeeded {
+            return Ok(resp.header.map_or(0, |h| h.revision));
+        }
+        match current(&resp) {
+            Some(_) => Err(StorageError::AlreadyExists),
+            None => Err(StorageError::Conflict { current: None }),
+        }
+    }
+
     /// Replaces the object at `key` if it is still at resourceVersion `expected`; returns the new
     /// resourceVersion. `Conflict` (with what is there) otherwise, `NotFound` if nothing is.
     pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> Result<i64> {

@@ -72,6 +72,10 @@ pub async fn apiserver(dir: &std::path::Path, extra: &[String]) -> (keel_apiserv
         "--secure-port=0".into(),
         "--bind-address=127.0.0.1".into(),
         "--controllers=".into(),
+        // Without the service account controller no namespace has its `default` account, which
+        // the ServiceAccount admission plugin requires of every pod (as on a kube-apiserver
+        // without its controller manager).
+        "--disable-admission-plugins=ServiceAccount".into(),
     ];
     args.push(format!("--data-dir={}", dir.display()));
     args.extend(extra.iter().cloned());
@@ -80,6 +84,21 @@ pub async fn apiserver(dir: &std::path::Path, extra: &[String]) -> (keel_apiserv
     let kubeconfig = Kubeconfig::read_from(&running.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
     (running, kube::Client::try_from(config).unwrap())
+}
+
+/// keel-apiserver started in this process on a free port with its data under
+/// `<dir>/apiserver` and `extra` flags (its controllers and simulated nodes as the flags say).
+pub async fn started(dir: &std::path::Path, extra: &[String]) -> keel_apiserver::run::Running {
+    let mut args = vec![
+        "keel-apiserver".to_string(),
+        "--secure-port=0".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--data-dir={}", dir.join("apiserver").display()),
+    ];
+    args.extend(extra.iter().cloned());
+    keel_apiserver::run::start(&<keel_apiserver::run::Flags as clap::Parser>::parse_from(args))
+        .await
+        .expect("keel-apiserver starts")
 }
 
 /// kubectl 1.32, pinned by path (plain `kubectl` runs the minor matching the server).

@@ -1,0 +1,263 @@
+//! Admission: the plugins kube-apiserver runs on every write after authorization — mutating
+//! ones on the decoded object, then validating ones on the object about to be stored — chosen
+//! with `--enable-admission-plugins` / `--disable-admission-plugins` over kube's default set.
+//! They run for every write, the in-process controllers' included (the registry calls them, not
+//! the HTTP layer).
+
+pub mod pods;
+pub mod quota;
+
+use serde_json::Value;
+
+use crate::auth::User;
+use crate::resources::Resource;
+use crate::rest::Api;
+use crate::status::{self, Details, Status};
+
+/// An admission plugin keel-apiserver runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plugin {
+    NamespaceLifecycle,
+    LimitRanger,
+    ServiceAccount,
+    DefaultTolerationSeconds,
+    Priority,
+    NodeRestriction,
+    ResourceQuota,
+}
+
+/// Plugins by kube's names, in the order kube runs them.
+const PLUGINS: [(&str, Plugin, bool); 7] = [
+    ("NamespaceLifecycle", Plugin::NamespaceLifecycle, true),
+    ("LimitRanger", Plugin::LimitRanger, true),
+    ("ServiceAccount", Plugin::ServiceAccount, true),
+    ("NodeRestriction", Plugin::NodeRestriction, false),
+    ("Priority", Plugin::Priority, true),
+    ("DefaultTolerationSeconds", Plugin::DefaultTolerationSeconds, true),
+    ("ResourceQuota", Plugin::ResourceQuota, true),
+];
+
+/// kube's other plugin names: known, not run by keel-apiserver yet.
+const NOT_YET: [&str; 27] = [
+    "AlwaysAdmit",
+    "AlwaysDeny",
+    "AlwaysPullImages",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "ClusterTrustBundleAttest",
+    "DefaultIngressClass",
+    "DefaultStorageClass",
+    "DenyServiceExternalIPs",
+    "EventRateLimit",
+    "ExtendedResourceToleration",
+    "ImagePolicyWebhook",
+    "LimitPodHardAntiAffinityTopology",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionWebhook",
+    "NamespaceAutoProvision",
+    "NamespaceExists",
+    "OwnerReferencesPermissionEnforcement",
+    "PersistentVolumeClaimResize",
+    "PodNodeSelector",
+    "PodSecurity",
+    "PodTolerationRestriction",
+    "RuntimeClass",
+    "StorageObjectInUseProtection",
+    "TaintNodesByCondition",
+    "ValidatingAdmissionPolicy",
+];
+
+/// The plugins enabled, in kube's order.
+#[derive(Debug, Clone)]
+pub struct Chain(Vec<Plugin>);
+
+impl Default for Chain {
+    /// kube's default set (of those keel runs).
+    fn default() -> Self {
+        Chain(PLUGINS.iter().filter(|(_, _, on)| *on).map(|(_, p, _)| *p).collect())
+    }
+}
+
+impl Chain {
+    /// The chain `--enable-admission-plugins` and `--disable-admission-plugins` make of kube's
+    /// default set; a name kube does not know, or one keel does not run yet, is an error.
+    pub fn of_flags(enable: &[String], disable: &[String]) -> Result<Chain, String> {
+        let known = |n: &str| -> Result<Option<Plugin>, String> {
+            if let Some((_, p, _)) = PLUGINS.iter().find(|(name, _, _)| *name == n) {
+                return Ok(Some(*p));
+            }
+            if NOT_YET.contains(&n) {
+                return Err(format!("admission plugin {n:?} is not run by keel-apiserver yet"));
+            }
+            Err(format!("plugin {n:?} is unknown"))
+        };
+        let names = |l: &[String]| l.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect::<Vec<_>>();
+        let (enable, disable) = (names(enable), names(disable));
+        for n in &enable {
+            if disable.contains(n) {
+                return Err(format!("{n} plugin is both enabled and disabled"));
+            }
+        }
+        let mut on: Vec<Plugin> = Chain::default().0;
+        for n in &enable {
+            if let Some(p) = known(n)? {
+                if !on.contains(&p) {
+                    on.push(p);
+                }
+            }
+        }
+        for n in &disable {
+            match known(n) {
+                Ok(Some(p)) => on.retain(|x| *x != p),
+                // Disabling what keel does not run is what the flag asks.
+                Ok(None) | Err(_) if NOT_YET.contains(&n.as_str()) => {}
+                Ok(None) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let order = |p: &Plugin| PLUGINS.iter().position(|(_, q, _)| q == p).unwrap_or(usize::MAX);
+        on.sort_by_key(order);
+        Ok(Chain(on))
+    }
+
+    fn has(&self, p: Plugin) -> bool {
+        self.0.contains(&p)
+    }
+}
+
+/// What a write asks (kube's `admission.Attributes`).
+pub struct Attributes<'a> {
+    /// `CREATE`, `UPDATE` or `DELETE`.
+    pub operation: &'static str,
+    pub r: &'a Resource,
+    /// The subresource written (`status`), or none.
+    pub subresource: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The object written (none for a delete).
+    pub object: Option<&'a Value>,
+    /// The object as it was (none for a create).
+    pub old: Option<&'a Value>,
+    pub dry_run: bool,
+    pub user: &'a User,
+}
+
+impl<'a> Attributes<'a> {
+    /// A create of `object` of `r` named `name` in `namespace`.
+    pub fn create(
+        r: &'a Resource,
+        namespace: &'a str,
+        name: &'a str,
+        object: Option<&'a Value>,
+        dry_run: bool,
+        user: &'a User,
+    ) -> Self {
+        Attributes { operation: "CREATE", r, subresource: "", namespace, name, object, old: None, dry_run, user }
+    }
+}
+
+/// kube's admission refusal: `<resource> "<name>" is forbidden: <why>` (403).
+pub fn forbidden(a: &Attributes<'_>, why: &str) -> Status {
+    let gr = status::GroupResource { group: a.r.group, resource: a.r.plural };
+    let message = if a.name.is_empty() {
+        format!("{gr} is forbidden: {why}")
+    } else {
+        format!("{gr} {} is forbidden: {why}", status::go_quote(a.name))
+    };
+    let details =
+        Details { name: a.name.into(), group: a.r.group.into(), kind: a.r.plural.into(), ..Default::default() };
+    Status::failure(403, "Forbidden", message, Some(details))
+}
+
+/// The mutating plugins, on the object a create would store (NamespaceLifecycle first, as kube
+/// runs it).
+pub async fn mutate(api: &Api, a: &Attributes<'_>, object: &mut Value) -> Result<(), Status> {
+    let chain = &api.admission;
+    if chain.has(Plugin::NamespaceLifecycle) {
+        namespace_lifecycle(api, a).await?;
+    }
+    if a.operation != "CREATE" || a.r.plural != "pods" || !a.r.group.is_empty() || !a.subresource.is_empty() {
+        return Ok(());
+    }
+    if chain.has(Plugin::LimitRanger) {
+        pods::limit_ranges(api, a, object)?;
+    }
+    if chain.has(Plugin::ServiceAccount) {
+        pods::service_account(api, a, object).await?;
+    }
+    if chain.has(Plugin::Priority) {
+        pods::priority(api, a, object)?;
+    }
+    if chain.has(Plugin::DefaultTolerationSeconds) {
+        crate::pods::default_tolerations(object);
+    }
+    Ok(())
+}
+
+/// The validating plugins, on the write about to be stored (a delete's namespace check too);
+/// the quota charges a create must be stored with.
+pub async fn validate(api: &Api, a: &Attributes<'_>) -> Result<Vec<quota::Charge>, Status> {
+    let chain = &api.admission;
+    if chain.has(Plugin::NamespaceLifecycle) && a.operation == "DELETE" {
+        namespace_lifecycle(api, a).await?;
+    }
+    if chain.has(Plugin::NodeRestriction) {
+        pods::node_restriction(api, a)?;
+    }
+    if chain.has(Plugin::ResourceQuota) {
+        return quota::admit(api, a).await;
+    }
+    Ok(Vec::new())
+}
+
+/// The namespaces kube never lets go.
+const IMMORTAL: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// NamespaceLifecycle: nothing is created in a namespace that does not exist or is being
+/// terminated, and the system namespaces are never deleted.
+async fn namespace_lifecycle(api: &Api, a: &Attributes<'_>) -> Result<(), Status> {
+    if a.operation == "DELETE" && a.r.plural == "namespaces" && a.r.group.is_empty() && IMMORTAL.contains(&a.name) {
+        return Err(forbidden(a, "this namespace may not be deleted"));
+    }
+    if a.operation != "CREATE" || !a.r.namespaced || a.namespace.is_empty() {
+        return Ok(());
+    }
+    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
+    let ns = a.namespace;
+    let stored = crate::rest::read(api, namespaces, &crate::rest::key(api, namespaces, None, ns), ns).await?;
+    let v = crate::rest::shown(namespaces, &stored)?;
+    if v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+        // Kube lets what the namespace's deletion itself writes (events, token reviews) pass;
+        // everything else is refused with the cause named.
+        let mut s =
+            forbidden(a, &format!("unable to create new content in namespace {ns} because it is being terminated"));
+        if let Some(d) = s.details.as_mut() {
+            d.causes.push(status::Cause {
+                reason: "NamespaceTerminating",
+                message: format!("namespace {ns} is being terminated"),
+                field: "metadata.namespace".into(),
+            });
+        }
+        return Err(s);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_choose_from_kubes_default_set() {
+        let s = |l: &[&str]| l.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let d = Chain::of_flags(&[], &[]).unwrap();
+        assert!(d.has(Plugin::ResourceQuota) && !d.has(Plugin::NodeRestriction));
+        let c = Chain::of_flags(&s(&["NodeRestriction"]), &s(&["ServiceAccount", "PodSecurity"])).unwrap();
+        assert!(c.has(Plugin::NodeRestriction) && !c.has(Plugin::ServiceAccount));
+        assert_eq!(c.0.first(), Some(&Plugin::NamespaceLifecycle));
+        assert_eq!(Chain::of_flags(&s(&["Nope"]), &[]).unwrap_err(), "plugin \"Nope\" is unknown");
+        assert!(Chain::of_flags(&s(&["PodSecurity"]), &[]).unwrap_err().contains("not run by keel-apiserver yet"));
+        assert!(Chain::of_flags(&s(&["Priority"]), &s(&["Priority"])).is_err());
+    }
+}

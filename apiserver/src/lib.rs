@@ -6,6 +6,7 @@
 //! the resources of the table in [`resources`] over HTTPS ([`server`], [`run`]).
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod bindings;
 pub mod cache;

@@ -211,6 +211,12 @@ fn envelope(body: &[u8]) -> Result<(String, String, Vec<u8>), Status> {
     Ok((tm.api_version.unwrap_or_default(), tm.kind.unwrap_or_default(), unknown.raw.unwrap_or_default()))
 }
 
+/// A protobuf body of whatever kind its envelope names, as JSON (what the audit log shows).
+pub fn decode_any(body: &[u8]) -> Result<Value, Status> {
+    let (api_version, kind, _) = envelope(body)?;
+    decode_as(&api_version, &kind, body)
+}
+
 /// Decodes a protobuf request body for `r` into its JSON form, with the envelope's `apiVersion`
 /// and `kind` (the endpoint's when the envelope has none). A body of another kind is refused as
 /// kube refuses it; a type with no protobuf message is 415.

@@ -1088,7 +1088,7 @@ async fn update_from(
     }
     crate::auth::authz::guard_rbac_write(api, r, &v, Some(&old_v))?;
     crate::admission::validate(api, &admitted(Some(&v), "")).await?;
-    if stored_bytes(r, v.clone()) == old.value {
+    if stored_bytes(r, v.clone()) == old.value && !api.storage.stale(k).await.unwrap_or(false) {
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
     }

@@ -97,6 +97,15 @@ pub struct Flags {
     /// Whether requests without credentials are served as `system:anonymous`.
     #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
     pub anonymous_auth: bool,
+    /// The audit policy (audit.k8s.io/v1 Policy); requests are audited when a log path is given.
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
+    /// Where audit events are written, one JSON line each (`-`: standard output).
+    #[arg(long)]
+    pub audit_log_path: Option<String>,
+    /// kube's EncryptionConfiguration: which resources are encrypted in the store, and how.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
     /// Admission plugins to run beside kube's default set (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
@@ -512,9 +521,18 @@ pub async fn start(flags: &Flags) -> Result<Running> {
         let endpoint = Endpoint::from_shared(url.clone()).with_context(|| format!("--etcd-servers: {url}"))?;
         channels.push(endpoint.connect_timeout(Duration::from_secs(3)).timeout(Duration::from_secs(30)).connect_lazy());
     }
-    let storage = Storage::with_endpoints(channels);
-    let version = store_version(&storage, &urls).await?;
     let prefix = flags.etcd_prefix.trim_end_matches('/').to_string();
+    let encryption = match &flags.encryption_provider_config {
+        Some(f) => {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("--encryption-provider-config: {}", f.display()))?;
+            crate::storage::encryption::Encryption::parse(&text, &prefix)
+                .map_err(|e| anyhow::anyhow!("--encryption-provider-config {}: {e}", f.display()))?
+        }
+        None => Default::default(),
+    };
+    let storage = Storage::with_endpoints(channels).with_encryption(encryption);
+    let version = store_version(&storage, &urls).await?;
     // Consistent reads come from the watch caches where the store's progress notifications can
     // be trusted: the member in this process, or an etcd kube trusts.
     let consistent = member.is_some() || progress_trusted(&version);
@@ -571,7 +589,27 @@ pub async fn start(flags: &Flags) -> Result<Running> {
         admission: Arc::new(admission),
     };
 
-    let shared = Arc::new(Shared { api: api.clone(), address: format!("{host}:{}", addr.port()) });
+    let audit = match (&flags.audit_policy_file, &flags.audit_log_path) {
+        (Some(policy), Some(path)) => {
+            let text = std::fs::read_to_string(policy)
+                .with_context(|| format!("--audit-policy-file: {}", policy.display()))?;
+            let out: Box<dyn std::io::Write + Send> = if path == "-" {
+                Box::new(std::io::stdout())
+            } else {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("--audit-log-path: {path}"))?;
+                Box::new(std::io::BufWriter::new(f))
+            };
+            let audit = crate::audit::Audit::new(&text, out)
+                .map_err(|e| anyhow::anyhow!("--audit-policy-file {}: {e}", policy.display()))?;
+            Some(Arc::new(audit))
+        }
+        _ => None,
+    };
+    let shared = Arc::new(Shared { api: api.clone(), address: format!("{host}:{}", addr.port()), audit });
     // The store may still be starting (an etcd that listens before it serves): retried.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     for ns in SYSTEM_NAMESPACES {

@@ -18,6 +18,8 @@ use crate::status;
 /// What the handlers share.
 pub struct Shared {
     pub api: Api,
+    /// `--audit-policy-file` and `--audit-log-path`: where requests are audited, if anywhere.
+    pub audit: Option<Arc<crate::audit::Audit>>,
     /// The address clients reach this server at (`/api`'s `serverAddressByClientCIDRs`).
     pub address: String,
 }
@@ -45,13 +47,15 @@ const CREDENTIAL_HEADERS: [&str; 4] = ["authorization", "impersonate-user", "imp
 /// request's extensions.
 async fn guard(State(s): State<Arc<Shared>>, mut req: Request, next: axum::middleware::Next) -> http::Response<Body> {
     let api = &s.api;
-    let chain =
-        req.extensions().get::<axum::extract::ConnectInfo<keel_store::tls::ConnInfo>>().and_then(|c| c.0.chain.clone());
-    let user = match api.auth.authn.authenticate(api, req.headers(), chain.as_deref()) {
+    let conn = req.extensions().get::<axum::extract::ConnectInfo<keel_store::tls::ConnInfo>>().map(|c| c.0.clone());
+    let chain = conn.as_ref().and_then(|c| c.chain.clone());
+    let authenticated = match api.auth.authn.authenticate(api, req.headers(), chain.as_deref()) {
         Ok(u) => u,
         Err(e) => return rest::failure(e),
     };
-    let user = match crate::auth::authn::impersonated(user, req.headers(), |u, r| api.auth.authz.authorize(api, u, r)) {
+    let user = match crate::auth::authn::impersonated(authenticated.clone(), req.headers(), |u, r| {
+        api.auth.authz.authorize(api, u, r)
+    }) {
         Ok(u) => u,
         Err(e) => return rest::failure(e),
     };
@@ -67,11 +71,73 @@ async fn guard(State(s): State<Arc<Shared>>, mut req: Request, next: axum::middl
     let segs = segments(&path);
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let asked = crate::auth::Request::of(req.method(), &path, &segs, &query_of(req.uri()));
-    if let Err(e) = api.auth.authz.authorize(api, &user, &asked) {
-        return rest::failure(e);
+    // The audit record, when the policy asks for one (kube's audit filter sees the
+    // authenticated user, and the one impersonated beside it).
+    let mut record = s.audit.as_ref().and_then(|audit| {
+        let (level, omit) = audit.level(&authenticated, &asked);
+        let agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let uri = req.uri().to_string();
+        let source = conn.as_ref().map(|c| c.addr.ip());
+        let record = crate::audit::Record::new(level, omit, &authenticated, &user, &asked, &uri, source, agent);
+        (level != crate::audit::Level::None).then_some((audit.clone(), record))
+    });
+    if let Some((audit, rec)) = record.as_mut() {
+        if rec.level >= crate::audit::Level::Request {
+            let (parts, body) = req.into_parts();
+            let bytes = axum::body::to_bytes(body, rest::MAX_BODY_BYTES).await.unwrap_or_default();
+            rec.request_object(&bytes);
+            req = Request::from_parts(parts, Body::from(bytes));
+        }
+        rec.stage(audit, "RequestReceived");
     }
-    req.extensions_mut().insert(Arc::new(user));
-    next.run(req).await
+    let decision = api.auth.authz.decide(api, &user, &asked);
+    let answer = match &decision {
+        crate::auth::authz::Decision::Allow(_) => {
+            req.extensions_mut().insert(Arc::new(user));
+            None
+        }
+        crate::auth::authz::Decision::Deny(why) | crate::auth::authz::Decision::NoOpinion(why) => {
+            Some(rest::failure(crate::auth::authz::forbidden(&user, &asked, why)))
+        }
+    };
+    let Some((audit, mut rec)) = record else {
+        return match answer {
+            Some(refused) => refused,
+            None => next.run(req).await,
+        };
+    };
+    match &decision {
+        crate::auth::authz::Decision::Allow(why) => rec.decided(true, why),
+        crate::auth::authz::Decision::Deny(why) | crate::auth::authz::Decision::NoOpinion(why) => {
+            rec.decided(false, why)
+        }
+    }
+    let answer = match answer {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    };
+    let (parts, body) = answer.into_parts();
+    let code = parts.status.as_u16();
+    if asked.verb == "watch" && code < 400 {
+        // A watch's record: started now, complete when its stream ends.
+        rec.response(code, None);
+        rec.stage(&audit, "ResponseStarted");
+        let mut done = Some((audit, rec));
+        let stream = futures::StreamExt::chain(
+            body.into_data_stream(),
+            futures::stream::poll_fn(move |_| {
+                if let Some((audit, mut rec)) = done.take() {
+                    rec.stage(&audit, "ResponseComplete");
+                }
+                std::task::Poll::Ready(None)
+            }),
+        );
+        return http::Response::from_parts(parts, Body::from_stream(stream));
+    }
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    rec.response(code, Some(&bytes));
+    rec.stage(&audit, "ResponseComplete");
+    http::Response::from_parts(parts, Body::from(bytes))
 }
 
 /// A path's segments after its leading `/`, percent-decoded (a trailing `/` left out).

@@ -56,7 +56,15 @@ fn cert_user(cert: &(String, String)) -> String {
 async fn serve(dir: &Path) -> Running {
     let tokens = dir.join("tokens.csv");
     std::fs::write(&tokens, "bob-token,bob,1001,\"ops,oncall\"\n").unwrap();
+    let policy = dir.join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: None\n  nonResourceURLs: [\"/api*\", \"/version\", \"/openapi*\"]\n- level: RequestResponse\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n- level: Metadata\n",
+    )
+    .unwrap();
     let flags = [
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", dir.join("audit.log").display()),
         format!("--token-auth-file={}", tokens.display()),
         "--controllers=serviceaccount,serviceaccount-token,clusterrole-aggregation".into(),
     ];
@@ -298,4 +306,36 @@ async fn a_permissions_matrix_through_kubectl() {
     assert_eq!(forger.fails(&["get", "--raw", "/version"]).await, UNAUTHORIZED);
     assert_eq!(stranger.fails(&["get", "--raw", "/version"]).await, UNAUTHORIZED, "a certificate of another CA");
     running.stop().await;
+
+    // The audit log: one line per request the policy keeps, at its level, in kube's Event form.
+    let log = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    let events: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(events.iter().all(|e| e["kind"] == "Event" && e["apiVersion"] == "audit.k8s.io/v1"));
+    assert!(events.iter().all(|e| e["stage"] != "RequestReceived"), "the policy omits RequestReceived");
+    assert!(events.iter().all(|e| !e["requestURI"].as_str().unwrap().starts_with("/version")), "level None");
+    let refused = events
+        .iter()
+        .find(|e| e["user"]["username"] == "alice" && e["verb"] == "list" && e["objectRef"]["namespace"] == "default")
+        .expect("alice's refused list");
+    assert_eq!(refused["level"], "Metadata");
+    assert_eq!(refused["stage"], "ResponseComplete");
+    assert_eq!(
+        refused["objectRef"],
+        serde_json::json!({"resource": "pods", "namespace": "default", "apiVersion": "v1"})
+    );
+    assert_eq!(refused["responseStatus"]["code"], 403);
+    assert_eq!(refused["responseStatus"]["reason"], "Forbidden");
+    assert_eq!(refused["annotations"]["authorization.k8s.io/decision"], "forbid");
+    assert!(refused.get("requestObject").is_none());
+    let made = events
+        .iter()
+        .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "configmaps")
+        .expect("bob's configmap");
+    assert_eq!(made["level"], "RequestResponse");
+    assert_eq!(made["user"]["username"], "bob");
+    assert_eq!(made["responseStatus"], serde_json::json!({"metadata": {}, "code": 201}));
+    assert_eq!(made["responseObject"]["metadata"]["name"], "settings");
+    let impersonating =
+        events.iter().find(|e| e["impersonatedUser"]["username"] == "carol").expect("carol, impersonated");
+    assert_eq!(impersonating["user"]["username"], "kubernetes-admin");
 }

@@ -14,6 +14,7 @@
 
 pub mod compact;
 pub mod cont;
+pub mod encryption;
 pub mod keys;
 pub mod watch;
 
@@ -176,6 +177,9 @@ impl Endpoints {
 #[derive(Clone)]
 pub struct Storage {
     endpoints: Arc<Endpoints>,
+    /// `--encryption-provider-config`: how values are sealed on the way in and opened on the way
+    /// out.
+    encryption: Arc<encryption::Encryption>,
 }
 
 fn compare_mod_rev(key: &str, rev: i64) -> Compare {
@@ -194,6 +198,29 @@ fn get_op(key: &str) -> RequestOp {
             key: key.as_bytes().to_vec().into(),
             ..Default::default()
         })),
+    }
+}
+
+/// A value read at `key`, opened by `encryption`; one that does not open is logged and passed
+/// on as stored.
+fn open(encryption: &encryption::Encryption, key: &[u8], value: Vec<u8>) -> Vec<u8> {
+    if encryption.is_empty() {
+        return value;
+    }
+    match encryption.open(key, value.clone()) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!("{e}");
+            value
+        }
+    }
+}
+
+/// The key a failed txn's `Else(Get)` read.
+fn txn_key(resp: &TxnResponse) -> Option<Vec<u8>> {
+    match resp.responses.first().and_then(|r| r.response.as_ref()) {
+        Some(Response::ResponseRange(r)) => r.kvs.first().map(|kv| kv.key.to_vec()),
+        _ => None,
     }
 }
 
@@ -218,7 +245,30 @@ impl Storage {
     /// A store behind several endpoints (members of one cluster), failing over between them.
     pub fn with_endpoints(channels: Vec<Channel>) -> Self {
         assert!(!channels.is_empty(), "a store has an endpoint");
-        Self { endpoints: Arc::new(Endpoints { channels, current: AtomicUsize::new(0) }) }
+        Self { endpoints: Arc::new(Endpoints { channels, current: AtomicUsize::new(0) }), encryption: Arc::default() }
+    }
+
+    /// The same store, its values sealed and opened as `encryption` says.
+    pub fn with_encryption(mut self, encryption: encryption::Encryption) -> Self {
+        self.encryption = Arc::new(encryption);
+        self
+    }
+
+    /// A value read at `key`, opened (one that does not open is passed on as stored, and fails
+    /// to decode where it is read).
+    fn opened(&self, key: &[u8], value: Vec<u8>) -> Vec<u8> {
+        open(&self.encryption, key, value)
+    }
+
+    /// A key-value read, opened.
+    fn stored(&self, kv: KeyValue) -> Stored {
+        Stored { value: self.opened(&kv.key, kv.value.to_vec()), rev: kv.mod_revision }
+    }
+
+    /// What a failed txn's `Else(Get)` read, opened.
+    fn current(&self, resp: &TxnResponse) -> Option<Stored> {
+        current(resp)
+            .map(|s| Stored { value: self.opened(txn_key(resp).as_deref().unwrap_or_default(), s.value), rev: s.rev })
     }
 
     /// One KV call on the endpoint in use.
@@ -269,12 +319,25 @@ impl Storage {
     pub async fn get(&self, key: &str) -> Result<Option<Stored>> {
         let r = RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() };
         let resp = self.kv(|mut kv| async move { kv.range(r).await }).await?;
-        Ok(resp.kvs.into_iter().next().map(Stored::from))
+        Ok(resp.kvs.into_iter().next().map(|kv| self.stored(kv)))
+    }
+
+    /// Whether the value at `key` is sealed otherwise than a write would seal it now (an older
+    /// key, or none): an update that changes nothing is written anyway, as kube re-writes a
+    /// stale read.
+    pub async fn stale(&self, key: &str) -> Result<bool> {
+        if self.encryption.is_empty() {
+            return Ok(false);
+        }
+        let r = RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() };
+        let resp = self.kv(|mut kv| async move { kv.range(r).await }).await?;
+        Ok(resp.kvs.first().is_some_and(|kv| self.encryption.stale(&kv.key, &kv.value)))
     }
 
     /// Creates the object at `key` (attached to `lease`, 0 for none); returns its
     /// resourceVersion. `AlreadyExists` if something is there.
     pub async fn create(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<i64> {
+        let value = self.encryption.seal(key, value);
         let put = PutRequest { key: key.as_bytes().to_vec().into(), value: value.into(), lease, ..Default::default() };
         let txn = TxnRequest {
             compare: vec![compare_mod_rev(key, 0)],
@@ -301,7 +364,7 @@ impl Storage {
         let put = |k: &str, v: Vec<u8>, lease: i64| RequestOp {
             request: Some(Request::RequestPut(PutRequest {
                 key: k.as_bytes().to_vec().into(),
-                value: v.into(),
+                value: self.encryption.seal(k, v).into(),
                 lease,
                 ..Default::default()
             })),
@@ -317,7 +380,7 @@ impl Storage {
         if resp.succeeded {
             return Ok(resp.header.map_or(0, |h| h.revision));
         }
-        match current(&resp) {
+        match self.current(&resp) {
             Some(_) => Err(StorageError::AlreadyExists),
             None => Err(StorageError::Conflict { current: None }),
         }
@@ -332,6 +395,7 @@ impl Storage {
     /// `update`, the object attached to `lease` (0 for none: an update without a lease takes
     /// the object off the one it had, as etcd's put does).
     pub async fn update_with_lease(&self, key: &str, value: Vec<u8>, expected: i64, lease: i64) -> Result<i64> {
+        let value = self.encryption.seal(key, value);
         let put = PutRequest { key: key.as_bytes().to_vec().into(), value: value.into(), lease, ..Default::default() };
         let resp = self.cas(key, expected, Request::RequestPut(put)).await?;
         Ok(resp.header.map_or(0, |h| h.revision))
@@ -353,7 +417,7 @@ impl Storage {
                 .prev_kvs
                 .into_iter()
                 .next()
-                .map(|kv| Stored { value: kv.value.to_vec(), rev })
+                .map(|kv| Stored { value: self.opened(&kv.key, kv.value.to_vec()), rev })
                 .ok_or(StorageError::NotFound),
             _ => Err(StorageError::NotFound),
         }
@@ -371,7 +435,7 @@ impl Storage {
         if resp.succeeded {
             return Ok(resp);
         }
-        match current(&resp) {
+        match self.current(&resp) {
             None => Err(StorageError::NotFound),
             current => Err(StorageError::Conflict { current }),
         }
@@ -411,7 +475,7 @@ impl Storage {
             At::Latest => resp.header.as_ref().map_or(0, |h| h.revision),
         };
         let items: Vec<(String, Stored)> =
-            resp.kvs.into_iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), Stored::from(kv))).collect();
+            resp.kvs.into_iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), self.stored(kv))).collect();
         let (continue_token, remaining) = match items.last() {
             Some((last, _)) if resp.more => {
                 (cont::encode(&format!("{last}\0"), prefix, rev), Some(resp.count - items.len() as i64))

@@ -98,60 +98,66 @@ impl Storage {
             Err(s) => return Err(endpoints.failed(i, s)),
         };
         let progress = ProgressRequests(tx.clone());
+        let encryption = self.encryption.clone();
         let state = State { _requests: tx, responses, ready: VecDeque::new(), done: false, endpoint: (i, endpoints) };
-        let changes = futures::stream::unfold(state, |mut st| async move {
-            loop {
-                if let Some(change) = st.ready.pop_front() {
-                    return Some((Ok(change), st));
-                }
-                if st.done {
-                    return None;
-                }
-                let resp = match st.responses.message().await {
-                    Ok(Some(resp)) => resp,
-                    Ok(None) => return None,
-                    Err(status) => {
-                        st.done = true;
-                        let e = st.endpoint.1.failed(st.endpoint.0, status);
-                        return Some((Err(e), st));
+        let changes = futures::stream::unfold(state, move |mut st| {
+            let encryption = encryption.clone();
+            async move {
+                let open = |key: &str, v: Vec<u8>| super::open(&encryption, key.as_bytes(), v);
+                loop {
+                    if let Some(change) = st.ready.pop_front() {
+                        return Some((Ok(change), st));
                     }
-                };
-                if resp.compact_revision > 0 {
-                    st.done = true;
-                    return Some((Err(StorageError::Compacted(resp.compact_revision)), st));
-                }
-                if resp.canceled {
-                    st.done = true;
-                    let reason = format!("the store canceled the watch: {}", resp.cancel_reason);
-                    return Some((Err(StorageError::Store(tonic::Status::aborted(reason))), st));
-                }
-                if resp.created {
-                    continue;
-                }
-                if resp.events.is_empty() {
-                    let rev = resp.header.as_ref().map_or(0, |h| h.revision);
-                    st.ready.push_back(Change::Progress { rev });
-                    continue;
-                }
-                for e in resp.events {
-                    let Some(kv) = e.kv else { continue };
-                    let key = String::from_utf8_lossy(&kv.key).into_owned();
-                    let rev = kv.mod_revision;
-                    st.ready.push_back(match EventType::try_from(e.r#type) {
-                        Ok(EventType::Delete) => {
-                            let value = e.prev_kv.map(|p| p.value.to_vec()).unwrap_or_default();
-                            Change::Deleted { key, value, rev }
+                    if st.done {
+                        return None;
+                    }
+                    let resp = match st.responses.message().await {
+                        Ok(Some(resp)) => resp,
+                        Ok(None) => return None,
+                        Err(status) => {
+                            st.done = true;
+                            let e = st.endpoint.1.failed(st.endpoint.0, status);
+                            return Some((Err(e), st));
                         }
-                        _ if kv.create_revision == kv.mod_revision => {
-                            Change::Added { key, value: kv.value.to_vec(), rev }
-                        }
-                        _ => Change::Modified {
-                            key,
-                            value: kv.value.to_vec(),
-                            prev: e.prev_kv.map(|p| p.value.to_vec()),
-                            rev,
-                        },
-                    });
+                    };
+                    if resp.compact_revision > 0 {
+                        st.done = true;
+                        return Some((Err(StorageError::Compacted(resp.compact_revision)), st));
+                    }
+                    if resp.canceled {
+                        st.done = true;
+                        let reason = format!("the store canceled the watch: {}", resp.cancel_reason);
+                        return Some((Err(StorageError::Store(tonic::Status::aborted(reason))), st));
+                    }
+                    if resp.created {
+                        continue;
+                    }
+                    if resp.events.is_empty() {
+                        let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+                        st.ready.push_back(Change::Progress { rev });
+                        continue;
+                    }
+                    for e in resp.events {
+                        let Some(kv) = e.kv else { continue };
+                        let key = String::from_utf8_lossy(&kv.key).into_owned();
+                        let rev = kv.mod_revision;
+                        st.ready.push_back(match EventType::try_from(e.r#type) {
+                            Ok(EventType::Delete) => {
+                                let value = open(&key, e.prev_kv.map(|p| p.value.to_vec()).unwrap_or_default());
+                                Change::Deleted { key, value, rev }
+                            }
+                            _ if kv.create_revision == kv.mod_revision => {
+                                let value = open(&key, kv.value.to_vec());
+                                Change::Added { key, value, rev }
+                            }
+                            _ => Change::Modified {
+                                value: open(&key, kv.value.to_vec()),
+                                prev: e.prev_kv.map(|p| open(&key, p.value.to_vec())),
+                                key,
+                                rev,
+                            },
+                        });
+                    }
                 }
             }
         });

@@ -10,9 +10,16 @@
 //!   replies, or a log entry's command) through the peer service's decoding; every command an
 //!   AppendEntries carries is applied as a member would, with the same no-change-on-refusal check.
 //!
+//! - [`api_request`]: a request to keel-apiserver (method, path, headers, body) through its whole
+//!   request path in process; a refused request leaves the store as it was (`api`).
+//!
 //! libFuzzer drives them through `fuzz/libfuzzer` (`cargo fuzz`, nightly); on stable,
 //! [`Driver`] mutates seed inputs ([`Target::seeds`]) with a seeded generator, which is what the
 //! CI smoke test and the `keel-fuzz` binary run.
+
+mod api;
+
+pub use api::api_request;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -207,6 +214,7 @@ pub const TARGETS: &[Target] = &[
     Target { name: "client_request", run: client_request, seeds: client_request_seeds },
     Target { name: "keys", run: keys, seeds: key_seeds },
     Target { name: "peer_message", run: peer_message, seeds: peer_message_seeds },
+    Target { name: "api_request", run: api_request, seeds: api::api_request_seeds },
 ];
 
 fn tagged(kind: u8, body: Vec<u8>) -> Vec<u8> {

@@ -180,6 +180,10 @@ pub async fn mutate(api: &Api, a: &Attributes<'_>, object: &mut Value) -> Result
     if a.operation != "CREATE" || a.r.plural != "pods" || !a.r.group.is_empty() || !a.subresource.is_empty() {
         return Ok(());
     }
+    // A pod without a spec is refused by validation; there is nothing to admit in it.
+    if !object.get("spec").is_some_and(Value::is_object) {
+        return Ok(());
+    }
     if chain.has(Plugin::LimitRanger) {
         pods::limit_ranges(api, a, object)?;
     }

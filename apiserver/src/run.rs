@@ -440,6 +440,52 @@ current-context: keel
     )
 }
 
+/// How long a request's headers may take to arrive (kube-apiserver's `ReadHeaderTimeout`): a
+/// client that sends them slower is disconnected, so slow clients cannot hold connections open.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+
+/// Serves `router` on the connections of `incoming` until `stopped` turns true, each request
+/// knowing its connection (`ConnectInfo`), HTTP/1 headers bounded by [`HEADER_READ_TIMEOUT`]
+/// (axum's own loop sets no timer, so hyper's header timeout never applies there).
+async fn serve(
+    mut incoming: keel_store::tls::Incoming,
+    router: axum::Router,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    use axum::serve::Listener as _;
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let mut until_stopped = stopped.clone();
+    loop {
+        let (io, info) = tokio::select! {
+            c = incoming.accept() => c,
+            _ = until_stopped.wait_for(|s| *s) => return,
+        };
+        let router = router.clone();
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(axum::extract::ConnectInfo(info.clone()));
+                tower::ServiceExt::oneshot(router.clone(), req)
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+            tokio::pin!(conn);
+            let stop = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stop => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
 /// Authentication and authorization as the flags configure them.
 fn auth(
     flags: &Flags,
@@ -654,14 +700,7 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let incoming = keel_store::tls::Incoming::new(listener, Some(&keel_store::tls::Side::serving(Arc::new(tls))))?;
-    let router = server::router(shared).into_make_service_with_connect_info::<keel_store::tls::ConnInfo>();
-    tasks.push(tokio::spawn(async move {
-        let mut stopped = stopped;
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        let _ = axum::serve(incoming, router).with_graceful_shutdown(shutdown).await;
-    }));
+    tasks.push(tokio::spawn(serve(incoming, server::router(shared), stopped)));
     tracing::info!(%addr, kubeconfig = %kubeconfig_path.display(), "keel-apiserver serving");
     Ok(Running { addr, kubeconfig: kubeconfig_path, api, stop, tasks, member })
 }

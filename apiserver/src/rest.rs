@@ -125,6 +125,22 @@ pub struct Api {
 }
 
 impl Api {
+    /// The object of `r` named `name` (in `namespace`), as its watch cache holds it now.
+    pub fn cached(
+        &self,
+        r: &Resource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<std::sync::Arc<crate::cache::Object>> {
+        self.caches.of(r)?.get(&key(self, r, namespace, name)).1
+    }
+
+    /// Every object of `r` (in `namespace`), as its watch cache holds them now.
+    pub fn cached_list(&self, r: &Resource, namespace: Option<&str>) -> Vec<std::sync::Arc<crate::cache::Object>> {
+        let Some(cache) = self.caches.of(r) else { return Vec::new() };
+        cache.list(&collection(self, r, namespace), &Selectors::everything(), 0).items
+    }
+
     /// The lease an object of `r` is written with: events expire (`--event-ttl`), nothing else.
     async fn lease(&self, r: &Resource, name: &str) -> Result<i64, Status> {
         if r.kind != "Event" {

@@ -8,15 +8,13 @@ use serde_json::{json, Map, Value};
 
 use super::{forbidden, Attributes};
 use crate::control::milli;
-use crate::rest::{Api, Selectors};
+use crate::rest::Api;
 use crate::status::{self, Status};
 
 /// The objects of core/v1 `plural` in `namespace` (all namespaces when None) the cache holds.
 fn cached(api: &Api, group: &str, plural: &str, namespace: Option<&str>) -> Vec<std::sync::Arc<Value>> {
     let r = crate::resources::find(group, "v1", plural).expect("a served resource");
-    let Some(cache) = api.caches.of(r) else { return Vec::new() };
-    let within = crate::rest::collection(api, r, namespace);
-    cache.list(&within, &Selectors::everything(), 0).items.iter().map(|o| o.json(r)).collect()
+    api.cached_list(r, namespace).iter().map(|o| o.json(r)).collect()
 }
 
 fn containers_mut<'a>(pod: &'a mut Value, kind: &str) -> impl Iterator<Item = &'a mut Value> {
@@ -145,7 +143,7 @@ pub async fn service_account(api: &Api, a: &Attributes<'_>, pod: &mut Value) -> 
     };
     let accounts = crate::resources::find("", "v1", "serviceaccounts").expect("serviceaccounts are served");
     let key = crate::rest::key(api, accounts, Some(a.namespace), &name);
-    let account = match api.caches.of(accounts).and_then(|c| c.get(&key).1) {
+    let account = match api.cached(accounts, Some(a.namespace), &name) {
         Some(o) => o.json(accounts),
         // Just made, perhaps: the store has the last word.
         None => match crate::rest::read(api, accounts, &key, &name).await {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::{forbidden, Attributes};
 use crate::control::milli;
 use crate::control::quota::{charge, counted, format};
-use crate::rest::{Api, Selectors};
+use crate::rest::Api;
 use crate::status::Status;
 
 /// `key=value` pairs, sorted by key, comma-joined (kube's `prettyPrint`).
@@ -45,11 +45,8 @@ pub async fn admit(api: &Api, a: &Attributes<'_>) -> Result<Vec<Charge>, Status>
         return Ok(charges);
     }
     let quotas = crate::resources::find("", "v1", "resourcequotas").expect("resourcequotas are served");
-    let Some(cache) = api.caches.of(quotas) else { return Ok(charges) };
-    let within = crate::rest::collection(api, quotas, Some(a.namespace));
-    let names: Vec<String> = cache
-        .list(&within, &Selectors::everything(), 0)
-        .items
+    let names: Vec<String> = api
+        .cached_list(quotas, Some(a.namespace))
         .iter()
         .map(|o| crate::meta::get(&o.json(quotas), "name").to_string())
         .collect();

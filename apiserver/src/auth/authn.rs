@@ -242,9 +242,7 @@ impl Jwt {
 /// The cached object of a core resource (its JSON), or why it is missing.
 fn cached(api: &Api, plural: &str, ns: &str, name: &str) -> Result<Arc<Value>, String> {
     let r = crate::resources::find("", "v1", plural).expect("a core resource");
-    let cache = api.caches.of(r).ok_or("no cache")?;
-    let key = crate::rest::key(api, r, Some(ns), name);
-    let found = cache.get(&key).1.ok_or_else(|| format!("{plural} {ns}/{name} not found"))?;
+    let found = api.cached(r, Some(ns), name).ok_or_else(|| format!("{plural} {ns}/{name} not found"))?;
     Ok(found.json(r))
 }
 

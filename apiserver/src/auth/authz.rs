@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{Request, User, NODES, NODE_PREFIX};
 use crate::resources::{self, Resource};
-use crate::rest::{Api, Selectors};
+use crate::rest::Api;
 use crate::status::{self, Details, Status};
 
 /// One `--authorization-mode`.
@@ -147,27 +147,13 @@ fn rbac_resource(plural: &str) -> &'static Resource {
     resources::find("rbac.authorization.k8s.io", "v1", plural).expect("RBAC resources are served")
 }
 
-/// Every object of `plural` (in `namespace`) the cache holds, decoded once.
+/// Every object of RBAC's `plural` (in `namespace`) the cache holds, decoded once.
 fn cached<T: serde::de::DeserializeOwned + Send + Sync + 'static>(
     api: &Api,
     plural: &str,
     namespace: Option<&str>,
 ) -> Vec<Arc<T>> {
-    let r = rbac_resource(plural);
-    let Some(cache) = api.caches.of(r) else { return Vec::new() };
-    let within = crate::rest::collection(api, r, namespace);
-    cache.list(&within, &Selectors::everything(), 0).items.iter().filter_map(|o| o.decoded::<T>()).collect()
-}
-
-fn cached_one<T: serde::de::DeserializeOwned + Send + Sync + 'static>(
-    api: &Api,
-    plural: &str,
-    namespace: Option<&str>,
-    name: &str,
-) -> Option<Arc<T>> {
-    let r = rbac_resource(plural);
-    let cache = api.caches.of(r)?;
-    cache.get(&crate::rest::key(api, r, namespace, name)).1?.decoded::<T>()
+    api.cached_list(rbac_resource(plural), namespace).iter().filter_map(|o| o.decoded::<T>()).collect()
 }
 
 /// Whether `subject` (of a binding in `namespace`) names `user` (kube's `appliesToUser`).
@@ -199,10 +185,14 @@ fn describe_subject(subject: &Subject, namespace: &str) -> String {
 pub fn role_rules(api: &Api, role: &RoleRef, namespace: &str) -> Result<Vec<PolicyRule>, String> {
     let q = status::go_quote;
     match role.kind.as_str() {
-        "Role" => cached_one::<Role>(api, "roles", Some(namespace), &role.name)
+        "Role" => api
+            .cached(rbac_resource("roles"), Some(namespace), &role.name)
+            .and_then(|o| o.decoded::<Role>())
             .map(|r| r.rules.clone().unwrap_or_default())
             .ok_or_else(|| format!("role.rbac.authorization.k8s.io {} not found", q(&role.name))),
-        "ClusterRole" => cached_one::<ClusterRole>(api, "clusterroles", None, &role.name)
+        "ClusterRole" => api
+            .cached(rbac_resource("clusterroles"), None, &role.name)
+            .and_then(|o| o.decoded::<ClusterRole>())
             .map(|r| r.rules.clone().unwrap_or_default())
             .ok_or_else(|| format!("clusterrole.rbac.authorization.k8s.io {} not found", q(&role.name))),
         other => Err(format!("unsupported role reference kind: {}", q(other))),
@@ -384,10 +374,8 @@ fn node(api: &Api, user: &User, req: &Request) -> Decision {
 /// Whether a pod bound to `node` references the object `req` names.
 fn referenced(api: &Api, node: &str, req: &Request) -> bool {
     let pods = resources::find("", "v1", "pods").expect("pods are served");
-    let Some(cache) = api.caches.of(pods) else { return false };
     let ns = (!req.namespace.is_empty()).then_some(req.namespace.as_str());
-    let within = crate::rest::collection(api, pods, ns);
-    cache.list(&within, &Selectors::everything(), 0).items.iter().any(|o| {
+    api.cached_list(pods, ns).iter().any(|o| {
         let pod = o.json(pods);
         pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node) && pod_references(&pod, req)
     })

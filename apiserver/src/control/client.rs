@@ -67,13 +67,12 @@ impl Client {
 
     /// The object of `r` named `name` (in `namespace`), as the cache holds it now.
     pub fn cached(&self, r: &Resource, namespace: Option<&str>, name: &str) -> Option<Arc<Object>> {
-        self.cache(r).get(&crate::rest::key(&self.api, r, namespace, name)).1
+        self.api.cached(r, namespace, name)
     }
 
     /// Every object of `r` (in `namespace`), as the cache holds them now.
     pub fn cached_list(&self, r: &Resource, namespace: Option<&str>) -> Vec<Arc<Object>> {
-        let within = crate::rest::collection(&self.api, r, namespace);
-        self.cache(r).list(&within, &crate::rest::Selectors::everything(), 0).items
+        self.api.cached_list(r, namespace)
     }
 
     /// One request, its answer's JSON or the Status it was refused with.

@@ -286,6 +286,14 @@ impl Record {
         }
         self.event.insert("annotations".into(), a);
     }
+
+    /// Admission's annotations, beside the decision's.
+    pub fn annotated(&mut self, annotations: &std::collections::BTreeMap<String, String>) {
+        let all = self.event.entry("annotations").or_insert_with(|| json!({}));
+        for (k, v) in annotations {
+            all[k.as_str()] = json!(v);
+        }
+    }
 }
 
 #[cfg(test)]

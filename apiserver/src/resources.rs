@@ -6,6 +6,10 @@
 //! encoded back (`canonical`), so a stored object has exactly the fields the type has, whatever
 //! a client sent beside them, and a field of the wrong type is refused as kube refuses it.
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenReview};
 use k8s_openapi::api::authorization::v1::{
@@ -78,6 +82,8 @@ pub enum Generation {
     /// On a change of the spec or of the annotations (Deployments: annotations are copied to
     /// their ReplicaSets).
     SpecAndAnnotations,
+    /// On a change of the webhooks (webhook configurations, which have no spec).
+    Webhooks,
 }
 
 /// Which names a resource accepts (kube's `NameIsDNSSubdomain`, `NameIsDNSLabel`,
@@ -147,6 +153,8 @@ const NAMESPACED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 const CLUSTER_FIELDS: &[&str] = &["metadata.name"];
 /// kube's `all` category.
 const ALL_CATEGORY: &[&str] = &["all"];
+/// kube's `api-extensions` category (what extends the API: admission configuration, CRDs).
+const API_EXTENSIONS: &[&str] = &["api-extensions"];
 
 /// Whether a `k8s-openapi` scope is a namespace's.
 trait Scoped {
@@ -418,6 +426,37 @@ pub static RESOURCES: &[Resource] = &[
     resource!(PriorityClass, "priorityclass", fields: CLUSTER_FIELDS, short_names: &["pc"]),
     // storage.k8s.io/v1
     resource!(StorageClass, "storageclass", fields: CLUSTER_FIELDS, short_names: &["sc"]),
+    // admissionregistration.k8s.io/v1
+    resource!(
+        MutatingWebhookConfiguration,
+        "mutatingwebhookconfiguration",
+        fields: CLUSTER_FIELDS,
+        categories: API_EXTENSIONS,
+        generation: Generation::Webhooks,
+    ),
+    resource!(
+        ValidatingAdmissionPolicy,
+        "validatingadmissionpolicy",
+        fields: CLUSTER_FIELDS,
+        categories: API_EXTENSIONS,
+        subresources: STATUS,
+        generation: Generation::Spec,
+        new_status: Some("{}"),
+    ),
+    resource!(
+        ValidatingAdmissionPolicyBinding,
+        "validatingadmissionpolicybinding",
+        fields: CLUSTER_FIELDS,
+        categories: API_EXTENSIONS,
+        generation: Generation::Spec,
+    ),
+    resource!(
+        ValidatingWebhookConfiguration,
+        "validatingwebhookconfiguration",
+        fields: CLUSTER_FIELDS,
+        categories: API_EXTENSIONS,
+        generation: Generation::Webhooks,
+    ),
 ];
 
 impl Resource {

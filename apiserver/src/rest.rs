@@ -54,6 +54,9 @@ enum Part {
     Status,
     /// A namespace's `finalize`: only `spec.finalizers`.
     Finalizers,
+    /// A workload's `scale`: its replicas, written as the object's own update (the strategy
+    /// runs, the generation moves) and admitted as the subresource.
+    Scale,
 }
 
 impl Part {
@@ -63,6 +66,7 @@ impl Part {
             Part::Main => "",
             Part::Status => "status",
             Part::Finalizers => "finalize",
+            Part::Scale => "scale",
         }
     }
 
@@ -78,7 +82,7 @@ impl Part {
     fn applied(self, old: &Value, new: &Value) -> Value {
         let mut out = old.clone();
         let (from, field) = match self {
-            Part::Main => return new.clone(),
+            Part::Main | Part::Scale => return new.clone(),
             Part::Status => (new.get("status"), "status"),
             Part::Finalizers => {
                 // An empty list is left out, as Go's `omitempty` leaves it.
@@ -192,9 +196,10 @@ pub fn internal_error(message: impl Into<String>) -> Status {
 
 /// kube's answer to an error it did not expect (`InternalError`).
 pub fn internal(message: impl std::fmt::Display) -> Status {
-    let message = format!("Internal error occurred: {message}");
+    let cause = message.to_string();
+    let message = format!("Internal error occurred: {cause}");
     let details = Details {
-        causes: vec![status::Cause { reason: "", message: message.clone(), field: String::new() }],
+        causes: vec![status::Cause { reason: "", message: cause, field: String::new() }],
         ..Default::default()
     };
     Status::failure(500, "InternalError", message, Some(details))
@@ -520,7 +525,12 @@ pub async fn serve(
     headers: &HeaderMap,
     body: Bytes,
 ) -> http::Response<Body> {
-    let answer = crate::auth::acting_as(user, answer(api, r, method, target, query, headers, body)).await;
+    let work = crate::auth::acting_as(user, answer(api, r, method, target, query, headers, body));
+    let (mut answer, mut notes) = crate::admission::collecting(work).await;
+    warn(&mut answer, std::mem::take(&mut notes.warnings));
+    if !notes.annotations.is_empty() {
+        answer.extensions_mut().insert(notes);
+    }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if answer.status().as_u16() >= 400 && table::negotiate(accept) == Ok(table::Shape::Protobuf) {
         return in_protobuf(answer).await;
@@ -662,13 +672,17 @@ async fn answer(
         Ok((code, v)) => encoded(code, shape, &v),
         Err(s) => failure(s),
     };
-    // kube's warnings: `299 - "<text>"`, one header each.
-    for w in check.warnings {
+    warn(&mut answer, check.warnings);
+    answer
+}
+
+/// kube's warnings: `299 - "<text>"`, one header each.
+fn warn(answer: &mut http::Response<Body>, warnings: Vec<String>) {
+    for w in warnings {
         if let Ok(h) = http::HeaderValue::from_str(&format!("299 - {}", status::go_quote(&w))) {
             answer.headers_mut().append(header::WARNING, h);
         }
     }
-    answer
 }
 
 fn is_true(v: Option<&String>) -> bool {
@@ -844,7 +858,7 @@ async fn create(
         match api.storage.create_with(&key(api, r, namespace, &name), value.clone(), lease, &writes).await {
             Ok(rev) => break rev,
             Err(StorageError::Conflict { .. }) if attempt < QUOTA_ATTEMPTS => {
-                match crate::admission::validate(
+                match crate::admission::charges(
                     api,
                     &crate::admission::Attributes::create(r, namespace.unwrap_or(""), &name, Some(&v), dry_run, &user),
                 )
@@ -956,6 +970,7 @@ async fn scale(
         let mut v = current;
         v["spec"]["replicas"] = wanted.pointer("/spec/replicas").cloned().unwrap_or(Value::from(0));
         meta::set(&mut v, "resourceVersion", &rv);
+        let at = Named { part: Part::Scale, ..at };
         match update_from(api, r, &k, at, v, old, check.dry_run).await {
             Err(s) if s.reason == "Conflict" && !pinned && verb == "patch" && attempt < PATCH_ATTEMPTS => continue,
             done => return done.map(|(code, obj)| (code, crate::workloads::scale_of(w, &obj))),
@@ -1027,15 +1042,17 @@ async fn update_from(
         dry_run,
         user: &user,
     };
-    if part != Part::Main {
+    if matches!(part, Part::Status | Part::Finalizers) {
         // A subresource's update: its part of the object, the rest as it was.
-        let v = part.applied(&old_v, &v);
+        let mut v = part.applied(&old_v, &v);
+        crate::admission::mutate(api, &admitted(None, part.name()), &mut v).await?;
         if v == old_v {
             return Ok((StatusCode::OK, shown(r, &old)?));
         }
         crate::admission::validate(api, &admitted(Some(&v), part.name())).await?;
         return write_or_remove(api, r, k, name, v, &old, dry_run).await;
     }
+    crate::admission::mutate(api, &admitted(None, part.name()), &mut v).await?;
     // What the server owns: the uid (taken when not given, refused when changed), the creation
     // and deletion timestamps, and what the strategy keeps.
     let mut errors = Vec::new();
@@ -1103,7 +1120,7 @@ async fn update_from(
         return Err(status::invalid(r.gk(), name, &errors));
     }
     crate::auth::authz::guard_rbac_write(api, r, &v, Some(&old_v))?;
-    crate::admission::validate(api, &admitted(Some(&v), "")).await?;
+    crate::admission::validate(api, &admitted(Some(&v), part.name())).await?;
     if stored_bytes(r, v.clone()) == old.value && !api.storage.stale(k).await.unwrap_or(false) {
         // Nothing changed: kube writes nothing and answers the object as it is.
         return Ok((StatusCode::OK, shown(r, &old)?));
@@ -1139,6 +1156,7 @@ fn generation(r: &Resource, old: &Value, v: &mut Value) {
     let changed = match r.generation {
         Generation::None => false,
         Generation::Spec => old.get("spec") != v.get("spec"),
+        Generation::Webhooks => old.get("webhooks") != v.get("webhooks"),
         Generation::SpecAndAnnotations => {
             old.get("spec") != v.get("spec")
                 || old.pointer("/metadata/annotations") != v.pointer("/metadata/annotations")
@@ -1299,6 +1317,7 @@ async fn delete_once(api: &Api, r: &Resource, at: (Option<&str>, &str), dry_run:
         dry_run,
         user: &user,
     };
+    crate::admission::mutate(api, &deleting, &mut Value::Null).await?;
     crate::admission::validate(api, &deleting).await?;
     // A namespace with finalizers is marked Terminating and kept until they are gone (the
     // namespace controller's work).

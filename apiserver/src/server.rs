@@ -118,6 +118,9 @@ async fn guard(State(s): State<Arc<Shared>>, mut req: Request, next: axum::middl
     };
     let (parts, body) = answer.into_parts();
     let code = parts.status.as_u16();
+    if let Some(notes) = parts.extensions.get::<crate::admission::Notes>() {
+        rec.annotated(&notes.annotations);
+    }
     if asked.verb == "watch" && code < 400 {
         // A watch's record: started now, complete when its stream ends.
         rec.response(code, None);

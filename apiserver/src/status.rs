@@ -50,8 +50,9 @@ pub struct Status {
     pub status: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// kube's reasons, or (a webhook's denial) whatever reason the webhook gave.
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub reason: &'static str,
+    pub reason: std::borrow::Cow<'static, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<Box<Details>>,
     #[serde(skip_serializing_if = "is_zero")]
@@ -118,7 +119,7 @@ impl Status {
             metadata: ListMeta::default(),
             status: "Failure",
             message: message.into(),
-            reason,
+            reason: reason.into(),
             details: details.map(Box::new),
             code,
         }

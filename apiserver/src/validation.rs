@@ -343,6 +343,16 @@ pub fn defaults(group: &str, kind: &str, v: &mut Value) {
             default_at(v, "", "reclaimPolicy", "Delete");
             default_at(v, "", "volumeBindingMode", "Immediate");
         }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            crate::admission::webhooks::defaults(v, true)
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            crate::admission::webhooks::defaults(v, false)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => crate::admission::policy::defaults(v, true),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            crate::admission::policy::defaults(v, false)
+        }
         _ => {}
     }
 }
@@ -365,6 +375,14 @@ pub fn errors(group: &str, kind: &str, v: &Value) -> Vec<FieldError> {
         ("storage.k8s.io", "StorageClass") => storage_class(v),
         ("coordination.k8s.io", "Lease") => lease(v),
         ("events.k8s.io", "Event") => event(v),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => crate::admission::webhooks::errors(v, true),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            crate::admission::webhooks::errors(v, false)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => crate::admission::policy::policy_errors(v),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            crate::admission::policy::binding_errors(v)
+        }
         _ => Vec::new(),
     }
 }

@@ -184,7 +184,8 @@ fn trusted_roots(file: &Path) -> Result<Arc<RootCertStore>, String> {
     Ok(Arc::new(roots))
 }
 
-fn system_roots() -> RootCertStore {
+/// The system's trusted roots (none if the system keeps none where Debian or Fedora do).
+pub fn system_roots() -> RootCertStore {
     let mut roots = RootCertStore::empty();
     for file in SYSTEM_ROOTS {
         if let Ok(certs) = read_certs(Path::new(file)) {

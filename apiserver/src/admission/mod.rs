@@ -5,7 +5,10 @@
 //! the HTTP layer).
 
 pub mod pods;
+pub mod podsecurity;
+pub mod policy;
 pub mod quota;
+pub mod webhooks;
 
 use serde_json::Value;
 
@@ -23,22 +26,30 @@ pub enum Plugin {
     DefaultTolerationSeconds,
     Priority,
     NodeRestriction,
+    PodSecurity,
+    MutatingAdmissionWebhook,
+    ValidatingAdmissionPolicy,
+    ValidatingAdmissionWebhook,
     ResourceQuota,
 }
 
 /// Plugins by kube's names, in the order kube runs them.
-const PLUGINS: [(&str, Plugin, bool); 7] = [
+const PLUGINS: [(&str, Plugin, bool); 11] = [
     ("NamespaceLifecycle", Plugin::NamespaceLifecycle, true),
     ("LimitRanger", Plugin::LimitRanger, true),
     ("ServiceAccount", Plugin::ServiceAccount, true),
     ("NodeRestriction", Plugin::NodeRestriction, false),
+    ("PodSecurity", Plugin::PodSecurity, true),
     ("Priority", Plugin::Priority, true),
     ("DefaultTolerationSeconds", Plugin::DefaultTolerationSeconds, true),
+    ("MutatingAdmissionWebhook", Plugin::MutatingAdmissionWebhook, true),
+    ("ValidatingAdmissionPolicy", Plugin::ValidatingAdmissionPolicy, true),
+    ("ValidatingAdmissionWebhook", Plugin::ValidatingAdmissionWebhook, true),
     ("ResourceQuota", Plugin::ResourceQuota, true),
 ];
 
 /// kube's other plugin names: known, not run by keel-apiserver yet.
-const NOT_YET: [&str; 27] = [
+const NOT_YET: [&str; 24] = [
     "AlwaysAdmit",
     "AlwaysDeny",
     "AlwaysPullImages",
@@ -54,18 +65,15 @@ const NOT_YET: [&str; 27] = [
     "ImagePolicyWebhook",
     "LimitPodHardAntiAffinityTopology",
     "MutatingAdmissionPolicy",
-    "MutatingAdmissionWebhook",
     "NamespaceAutoProvision",
     "NamespaceExists",
     "OwnerReferencesPermissionEnforcement",
     "PersistentVolumeClaimResize",
     "PodNodeSelector",
-    "PodSecurity",
     "PodTolerationRestriction",
     "RuntimeClass",
     "StorageObjectInUseProtection",
     "TaintNodesByCondition",
-    "ValidatingAdmissionPolicy",
 ];
 
 /// The plugins enabled, in kube's order.
@@ -170,13 +178,63 @@ pub fn forbidden(a: &Attributes<'_>, why: &str) -> Status {
     Status::failure(403, "Forbidden", message, Some(details))
 }
 
-/// The mutating plugins, on the object a create would store (NamespaceLifecycle first, as kube
-/// runs it).
+/// What admission says of a request beside its answer: warnings for the client, annotations for
+/// its audit record.
+#[derive(Debug, Default, Clone)]
+pub struct Notes {
+    pub warnings: Vec<String>,
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+tokio::task_local! {
+    /// The notes of the request being served (set by `rest::serve`).
+    static NOTES: parking_lot::Mutex<Notes>;
+}
+
+/// Runs `work` (one request), collecting what admission notes of it.
+pub async fn collecting<F: std::future::Future>(work: F) -> (F::Output, Notes) {
+    NOTES
+        .scope(parking_lot::Mutex::new(Notes::default()), async {
+            let out = work.await;
+            (out, NOTES.with(|n| std::mem::take(&mut *n.lock())))
+        })
+        .await
+}
+
+/// A warning for the client of the request being served (none outside a request).
+pub fn warn(warning: String) {
+    let _ = NOTES.try_with(|n| n.lock().warnings.push(warning));
+}
+
+/// An annotation of the request's audit record unless it has one under `key` already.
+pub fn annotate_once(key: &str, value: String) {
+    let _ = NOTES.try_with(|n| {
+        n.lock().annotations.entry(key.to_string()).or_insert(value);
+    });
+}
+
+/// An annotation of the request's audit record (none outside a request).
+pub fn annotate(key: &str, value: String) {
+    let _ = NOTES.try_with(|n| n.lock().annotations.insert(key.to_string(), value));
+}
+
+/// The mutating plugins, on the object a write would store (Null for a delete), NamespaceLifecycle
+/// first and the webhooks last, as kube runs them.
 pub async fn mutate(api: &Api, a: &Attributes<'_>, object: &mut Value) -> Result<(), Status> {
     let chain = &api.admission;
     if chain.has(Plugin::NamespaceLifecycle) {
         namespace_lifecycle(api, a).await?;
     }
+    pod_plugins(api, a, object).await?;
+    if chain.has(Plugin::MutatingAdmissionWebhook) {
+        webhooks::mutate(api, a, object).await?;
+    }
+    Ok(())
+}
+
+/// The mutating plugins about a pod's create.
+async fn pod_plugins(api: &Api, a: &Attributes<'_>, object: &mut Value) -> Result<(), Status> {
+    let chain = &api.admission;
     if a.operation != "CREATE" || a.r.plural != "pods" || !a.r.group.is_empty() || !a.subresource.is_empty() {
         return Ok(());
     }
@@ -199,20 +257,37 @@ pub async fn mutate(api: &Api, a: &Attributes<'_>, object: &mut Value) -> Result
     Ok(())
 }
 
-/// The validating plugins, on the write about to be stored (a delete's namespace check too);
-/// the quota charges a create must be stored with.
+/// The validating plugins, on the write about to be stored; the quota charges a create must be
+/// stored with.
 pub async fn validate(api: &Api, a: &Attributes<'_>) -> Result<Vec<quota::Charge>, Status> {
     let chain = &api.admission;
-    if chain.has(Plugin::NamespaceLifecycle) && a.operation == "DELETE" {
-        namespace_lifecycle(api, a).await?;
-    }
     if chain.has(Plugin::NodeRestriction) {
         pods::node_restriction(api, a)?;
     }
-    if chain.has(Plugin::ResourceQuota) {
+    if chain.has(Plugin::PodSecurity) {
+        podsecurity::admit(api, a).await?;
+    }
+    if chain.has(Plugin::ValidatingAdmissionPolicy) {
+        policy::validate(api, a).await?;
+    }
+    if chain.has(Plugin::ValidatingAdmissionWebhook) {
+        webhooks::validate(api, a).await?;
+    }
+    charges(api, a).await
+}
+
+/// The quota charges of a create (charged anew when a quota moved before the create stored).
+pub async fn charges(api: &Api, a: &Attributes<'_>) -> Result<Vec<quota::Charge>, Status> {
+    if api.admission.has(Plugin::ResourceQuota) {
         return quota::admit(api, a).await;
     }
     Ok(Vec::new())
+}
+
+/// The namespace `ns` as the watch cache holds it (none if it is not there).
+fn namespace_of(api: &Api, ns: &str) -> Option<std::sync::Arc<Value>> {
+    let r = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
+    api.cached(r, None, ns).map(|o| o.json(r))
 }
 
 /// The namespaces kube never lets go.
@@ -257,11 +332,11 @@ mod tests {
         let s = |l: &[&str]| l.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let d = Chain::of_flags(&[], &[]).unwrap();
         assert!(d.has(Plugin::ResourceQuota) && !d.has(Plugin::NodeRestriction));
-        let c = Chain::of_flags(&s(&["NodeRestriction"]), &s(&["ServiceAccount", "PodSecurity"])).unwrap();
+        let c = Chain::of_flags(&s(&["NodeRestriction"]), &s(&["ServiceAccount", "AlwaysPullImages"])).unwrap();
         assert!(c.has(Plugin::NodeRestriction) && !c.has(Plugin::ServiceAccount));
         assert_eq!(c.0.first(), Some(&Plugin::NamespaceLifecycle));
         assert_eq!(Chain::of_flags(&s(&["Nope"]), &[]).unwrap_err(), "plugin \"Nope\" is unknown");
-        assert!(Chain::of_flags(&s(&["PodSecurity"]), &[]).unwrap_err().contains("not run by keel-apiserver yet"));
+        assert!(Chain::of_flags(&s(&["AlwaysPullImages"]), &[]).unwrap_err().contains("not run by keel-apiserver yet"));
         assert!(Chain::of_flags(&s(&["Priority"]), &s(&["Priority"])).is_err());
     }
 }

@@ -786,7 +786,10 @@ mod tests {
         // Nothing dropped yet: anything from the list's revision on resumes.
         assert!(c.watch(Start::After(10), None, selectors(&[])).is_ok());
         let e = c.watch(Start::After(9), None, selectors(&[])).err().unwrap();
-        assert_eq!((e.code, e.reason, e.message.as_str()), (410, "Expired", "too old resource version: 9 (10)"));
+        assert_eq!(
+            (e.code, e.reason.as_ref(), e.message.as_str()),
+            (410, "Expired", "too old resource version: 9 (10)")
+        );
         // Past the cache's revision: only what comes after it.
         let mut ahead = c.watch(Start::After(17), None, selectors(&[])).unwrap();
         put(&c, "d", "o9", json!({"x": "1"}), "Opaque", 17);

@@ -99,7 +99,7 @@ fn malformed_bodies_are_refused_with_kubes_texts() {
     assert_eq!(e.message, "the kind in the data (Secret) does not match the expected kind (ConfigMap)");
     // A type with no protobuf message is a media type the endpoint does not take.
     let e = decode_as("example.com/v1", "Widget", &wrap("example.com/v1", "Widget", vec![])).unwrap_err();
-    assert_eq!((e.code, e.reason), (415, "UnsupportedMediaType"));
+    assert_eq!((e.code, e.reason.as_ref()), (415, "UnsupportedMediaType"));
     // Fields kube does not know are skipped, as gogo skips them.
     let v = decode(r, &wrap("v1", "ConfigMap", vec![0xf8, 0x07, 0x01])).unwrap();
     assert_eq!(v, json!({"apiVersion": "v1", "kind": "ConfigMap"}));

@@ -444,9 +444,50 @@ current-context: keel
 /// client that sends them slower is disconnected, so slow clients cannot hold connections open.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 
+/// How long a connection may stay open with no request in flight (kube-apiserver's
+/// `IdleTimeout`): an idle HTTP/1 keep-alive or HTTP/2 connection is closed after it.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The most requests one HTTP/2 connection may have in flight (kube-apiserver's default
+/// `--http2-max-streams-per-connection`).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
+
+/// A connection's requests in flight and when it was last busy, for closing it once idle.
+#[derive(Default)]
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    last: parking_lot::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Activity {
+    /// A request begins; the guard ends it when the answer's body is done or dropped.
+    fn begin(self: &Arc<Self>) -> ActivityGuard {
+        self.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ActivityGuard(self.clone())
+    }
+
+    /// Whether the connection has had no request in flight for `idle` (counted from `opened`
+    /// when it never had one; a request in flight keeps it busy however long it takes).
+    fn idle_for(&self, idle: Duration, opened: tokio::time::Instant) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && self.last.lock().unwrap_or(opened).elapsed() >= idle
+    }
+}
+
+struct ActivityGuard(Arc<Activity>);
+
+impl Drop for ActivityGuard {
+    fn drop(&mut self) {
+        *self.0.last.lock() = Some(tokio::time::Instant::now());
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Serves `router` on the connections of `incoming` until `stopped` turns true, each request
 /// knowing its connection (`ConnectInfo`), HTTP/1 headers bounded by [`HEADER_READ_TIMEOUT`]
-/// (axum's own loop sets no timer, so hyper's header timeout never applies there).
+/// (axum's own loop sets no timer, so hyper's header timeout never applies there), a connection
+/// that sends no request within that time, or stays idle for [`IDLE_TIMEOUT`], closed, and
+/// HTTP/2 streams per connection bounded.
 async fn serve(
     mut incoming: keel_store::tls::Incoming,
     router: axum::Router,
@@ -463,20 +504,54 @@ async fn serve(
         let router = router.clone();
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
+            let activity = Arc::new(Activity::default());
+            let opened = tokio::time::Instant::now();
+            let busy = activity.clone();
             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let guard = busy.begin();
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(axum::extract::ConnectInfo(info.clone()));
-                tower::ServiceExt::oneshot(router.clone(), req)
+                let answer = tower::ServiceExt::oneshot(router.clone(), req);
+                async move {
+                    // The request is in flight until its answer's body is done (a watch's too).
+                    let answer = answer.await?;
+                    Ok::<_, std::convert::Infallible>(answer.map(|body| {
+                        axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |f| {
+                            let _ = &guard;
+                            f
+                        }))
+                    }))
+                }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+            builder.http2().timer(TokioTimer::new()).max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
             tokio::pin!(conn);
             let stop = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
+            // A connection that never sends a request (one that stops after TLS, or never sends
+            // HTTP/2's preface) is closed after the header timeout; any other once idle.
+            let idle = async {
+                loop {
+                    let never_asked = activity.last.lock().is_none();
+                    let bound = if never_asked { HEADER_READ_TIMEOUT } else { IDLE_TIMEOUT };
+                    if activity.idle_for(bound, opened) {
+                        return;
+                    }
+                    // Checked again once the bound could have passed since the last request.
+                    let since = activity.last.lock().unwrap_or(opened);
+                    tokio::time::sleep_until((since + bound).max(tokio::time::Instant::now() + Duration::from_secs(1)))
+                        .await;
+                }
+            };
             tokio::select! {
                 _ = conn.as_mut() => {}
+                () = idle => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
+                }
                 () = stop => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;

@@ -134,7 +134,8 @@ async fn admission_policies_through_kubectl() {
     let named = policy(
         "named-apps",
         json!({"matchConstraints": deployments(),
-            "validations": [{"expression": "object.metadata.name.startsWith('app-')"}]}),
+            "validations": [{"expression": "object.metadata.name.startsWith('app-')"},
+                {"expression": "object.spec.template.spec.containers.all(c, !c.image.endsWith(':latest'))"}]}),
     );
     k.ok(&["create", "-f", &k.file("named.json", named)]).await;
     let warn = binding(

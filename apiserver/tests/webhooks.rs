@@ -169,6 +169,7 @@ async fn admission_webhooks_over_https() {
         "metadata": {"name": "bad"},
         "webhooks": [{"name": "short", "clientConfig": {"url": "http://example.com/x?y=1"},
             "sideEffects": "Some", "admissionReviewVersions": ["v2"], "timeoutSeconds": 31,
+            "matchConditions": [{"name": "broken", "expression": "object.metadata.name =="}],
             "rules": [{"operations": ["*", "CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["*", "pods"]}]}]});
     let e = k.fails(&["create", "-f", &k.file("bad.json", bad)]).await;
     for part in [
@@ -180,6 +181,7 @@ async fn admission_webhooks_over_https() {
         r#"webhooks[0].clientConfig.url: Invalid value: "http": 'https' is the only allowed URL scheme; desired format: https://host[/path]"#,
         r#"webhooks[0].clientConfig.url: Invalid value: "y=1": query parameters are not permitted in the URL"#,
         r#"webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of v1, v1beta1"#,
+        r#"webhooks[0].matchConditions[0].expression: Invalid value: "object.metadata.name ==": compilation failed: ERROR: <input>:1:"#,
     ] {
         assert!(e.contains(part), "{part} not in {e}");
     }
@@ -187,7 +189,8 @@ async fn admission_webhooks_over_https() {
 
     let mutating = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "label-pods"},
-        "webhooks": [hook("label.keel.test", url("/mutate"), &ca, json!({}))]});
+        "webhooks": [hook("label.keel.test", url("/mutate"), &ca, json!({"matchConditions": [{"name": "not-opted-out",
+            "expression": "!has(object.metadata.labels) || !('nomutate' in object.metadata.labels)"}]}))]});
     k.ok(&["create", "-f", &k.file("mutating.json", mutating)]).await;
     let stored = k.ok(&["get", "mutatingwebhookconfiguration", "label-pods", "-o", "json"]).await;
     let stored: Value = serde_json::from_str(&stored).unwrap();
@@ -230,6 +233,11 @@ async fn admission_webhooks_over_https() {
     k.ok(&["create", "-f", &k.file("elsewhere.json", pod("elsewhere", json!({}))), "-n", "open"]).await;
     let labels = k.ok(&["get", "pod", "elsewhere", "-n", "open", "-o", "jsonpath={.metadata.labels}"]).await;
     assert!(!labels.contains("mutated"), "a namespace the selector leaves out was sent: {labels}");
+    // A match condition that is false skips the webhook.
+    k.ok(&["create", "-f", &k.file("opted-out.json", pod("opted-out", json!({"nomutate": "yes"}))), "-n", "gate"])
+        .await;
+    let labels = k.ok(&["get", "pod", "opted-out", "-n", "gate", "-o", "jsonpath={.metadata.labels}"]).await;
+    assert!(!labels.contains("mutated"), "a false match condition was called: {labels}");
 
     // The validating webhook: a denial with the webhook's code and message, nothing stored; a
     // warning otherwise; its objectSelector leaves out what it does not select.

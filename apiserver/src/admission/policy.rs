@@ -53,15 +53,62 @@ fn compile(source: &str, declared: &[&str]) -> Result<Arc<cel::Program>, String>
             p
         }
     };
-    let references = program.references();
-    for name in references.variables() {
-        if !declared.contains(&name) {
-            return Err(format!(
-                "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
-            ));
-        }
+    let mut names = Vec::new();
+    free_variables(program.expression(), &mut Vec::new(), &mut names);
+    if let Some(name) = names.iter().find(|n| !declared.contains(&n.as_str())) {
+        return Err(format!(
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to '{name}' (in container '')"
+        ));
     }
     Ok(program)
+}
+
+/// The variables `e` names that are not bound inside it (a macro's iteration and accumulator
+/// variables are), each once, in the order they come.
+fn free_variables(e: &cel::IdedExpr, bound: &mut Vec<String>, out: &mut Vec<String>) {
+    use cel::common::ast::{EntryExpr, Expr};
+    let entries = |entries: &[cel::common::ast::IdedEntryExpr], bound: &mut Vec<String>, out: &mut Vec<String>| {
+        for entry in entries {
+            match &entry.expr {
+                EntryExpr::StructField(f) => free_variables(&f.value, bound, out),
+                EntryExpr::MapEntry(m) => {
+                    free_variables(&m.key, bound, out);
+                    free_variables(&m.value, bound, out);
+                }
+            }
+        }
+    };
+    match &e.expr {
+        Expr::Ident(name) => {
+            if !name.starts_with('@') && !bound.contains(name) && !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+        Expr::Call(c) => {
+            for x in c.target.iter().map(|t| &**t).chain(&c.args) {
+                free_variables(x, bound, out);
+            }
+        }
+        Expr::Comprehension(c) => {
+            free_variables(&c.iter_range, bound, out);
+            free_variables(&c.accu_init, bound, out);
+            let outer = bound.len();
+            bound.extend([Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)].into_iter().flatten().cloned());
+            for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                free_variables(x, bound, out);
+            }
+            bound.truncate(outer);
+        }
+        Expr::List(l) => {
+            for x in &l.elements {
+                free_variables(x, bound, out);
+            }
+        }
+        Expr::Map(m) => entries(&m.entries, bound, out),
+        Expr::Struct(st) => entries(&st.entries, bound, out),
+        Expr::Select(sel) => free_variables(&sel.operand, bound, out),
+        Expr::Literal(_) | Expr::Unspecified => {}
+    }
 }
 
 /// What an evaluation sees.
@@ -83,6 +130,94 @@ impl Activation {
 /// A JSON value as CEL sees it.
 fn cel_of(v: &Value) -> cel::Value {
     cel::to_value(v).unwrap_or(cel::Value::Null)
+}
+
+/// The variables a webhook's match conditions may name.
+pub(super) const CONDITION_VARIABLES: [&str; 4] = ["object", "oldObject", "request", "authorizer"];
+
+/// A write's `object`, `oldObject` and `request`, as every expression sees them.
+fn activation_of(a: &Attributes<'_>, object: Option<&Value>) -> Activation {
+    Activation {
+        values: vec![
+            ("object", cel_of(&webhooks::typed(a, object))),
+            ("oldObject", cel_of(&webhooks::typed(a, a.old))),
+            ("request", cel_of(&Value::Object(webhooks::request_of(a)))),
+        ],
+    }
+}
+
+/// Whether match conditions hold for the write `a` of `object`: not when one is false (whatever
+/// the others did), an error (each failure, kube's `[a, b]` for several) when none is false and
+/// one could not be evaluated.
+pub(super) fn conditions_hold(
+    a: &Attributes<'_>,
+    object: Option<&Value>,
+    conditions: &[reg::MatchCondition],
+) -> Result<bool, String> {
+    if conditions.is_empty() {
+        return Ok(true);
+    }
+    conditions_of(&activation_of(a, object), conditions, &CONDITION_VARIABLES)
+}
+
+/// Match conditions evaluated over `activation`.
+fn conditions_of(
+    activation: &Activation,
+    conditions: &[reg::MatchCondition],
+    declared: &[&str],
+) -> Result<bool, String> {
+    let mut errors = Vec::new();
+    for c in conditions {
+        let expr = c.expression.trim();
+        match compile(&c.expression, declared).and_then(|p| activation.eval(&p)) {
+            Ok(cel::Value::Bool(false)) => return Ok(false),
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(_) => errors.push(format!("expression '{expr}' resulted in error: no such overload")),
+            Err(e) => errors.push(format!("expression '{expr}' resulted in error: {e}")),
+        }
+    }
+    match errors.len() {
+        0 => Ok(true),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
+}
+
+/// A webhook's or policy's `matchConditions` at `at`: at most 64, each named (uniquely) and
+/// compiling with the variables `declared`.
+pub(super) fn condition_errors(at: &str, conditions: &[Value], declared: &[&str]) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    if conditions.len() > 64 {
+        out.push(FieldError::new(
+            FieldErrorType::TooMany,
+            at,
+            Some(json!(conditions.len())),
+            "must have at most 64 items",
+        ));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (i, c) in conditions.iter().enumerate() {
+        let here = format!("{at}[{i}]");
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            out.push(FieldError::required(&format!("{here}.name")));
+        } else {
+            for p in crate::validation::qualified_name_problems(name) {
+                out.push(FieldError::invalid(&format!("{here}.name"), json!(name), &p));
+            }
+            if names.contains(&name) {
+                out.push(FieldError::new(FieldErrorType::Duplicate, &format!("{here}.name"), Some(json!(name)), ""));
+            }
+            names.push(name);
+        }
+        let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
+        if expr.trim().is_empty() {
+            out.push(FieldError::required(&format!("{here}.expression")));
+        } else {
+            out.extend(expression_errors(&format!("{here}.expression"), expr, declared, "expression"));
+        }
+    }
+    out
 }
 
 /// One failed validation, and what its binding does with failures.
@@ -273,15 +408,8 @@ async fn evaluate(
     } else {
         Value::Null
     };
-    let mut activation = Activation {
-        values: vec![
-            ("object", cel_of(&webhooks::typed(a, a.object))),
-            ("oldObject", cel_of(&webhooks::typed(a, a.old))),
-            ("request", cel_of(&Value::Object(webhooks::request_of(a)))),
-            ("params", cel_of(&params)),
-            ("namespaceObject", cel_of(&namespace)),
-        ],
-    };
+    let mut activation = activation_of(a, a.object);
+    activation.values.extend([("params", cel_of(&params)), ("namespaceObject", cel_of(&namespace))]);
     // Variables in order, each seeing those before it; one that fails is left out, so an
     // expression that uses it fails in turn.
     let mut cel_variables: HashMap<String, cel::Value> = HashMap::new();
@@ -296,23 +424,11 @@ async fn evaluate(
     }
     activation.values.push(("variables", variables_value(&cel_variables)));
 
-    let mut errors = Vec::new();
-    for c in policy.match_conditions.iter().flatten() {
-        match compile(&c.expression, &VARIABLES).and_then(|p| activation.eval(&p)) {
-            Ok(cel::Value::Bool(false)) => return Ok(Vec::new()),
-            Ok(cel::Value::Bool(true)) => {}
-            Ok(other) => {
-                errors.push(format!("expression '{}' resulted in a non-boolean: {other:?}", c.expression.trim()))
-            }
-            Err(e) => errors.push(e),
-        }
-    }
-    if !errors.is_empty() {
-        if !fail_closed {
-            return Ok(Vec::new());
-        }
-        let message = if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) };
-        return Ok(vec![Failure { message, reason: "Invalid".into(), index: 0 }]);
+    match conditions_of(&activation, policy.match_conditions.as_deref().unwrap_or_default(), &VARIABLES) {
+        Ok(true) => {}
+        Ok(false) => return Ok(Vec::new()),
+        Err(_) if !fail_closed => return Ok(Vec::new()),
+        Err(message) => return Ok(vec![Failure { message, reason: "Invalid".into(), index: 0 }]),
     }
 
     let mut failures = Vec::new();
@@ -435,18 +551,7 @@ pub fn policy_errors(v: &Value) -> Vec<FieldError> {
             }
         }
     }
-    for (i, c) in items(spec, "matchConditions").iter().enumerate() {
-        let at = format!("spec.matchConditions[{i}]");
-        if c.get("name").and_then(Value::as_str).unwrap_or("").is_empty() {
-            out.push(FieldError::required(&format!("{at}.name")));
-        }
-        let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
-        if expr.trim().is_empty() {
-            out.push(FieldError::required(&format!("{at}.expression")));
-        } else {
-            out.extend(expression_errors(&format!("{at}.expression"), expr, &declared, "expression"));
-        }
-    }
+    out.extend(condition_errors("spec.matchConditions", items(spec, "matchConditions"), &declared));
     for (i, var) in items(spec, "variables").iter().enumerate() {
         let at = format!("spec.variables[{i}]");
         let name = var.get("name").and_then(Value::as_str).unwrap_or("");
@@ -674,5 +779,39 @@ pub fn defaults(v: &mut Value, policy: bool) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undeclared_names_are_refused_but_a_macro_s_own_variables_are_not() {
+        let declared = ["object"];
+        assert!(compile("object.spec.containers.all(c, c.image != '')", &declared).is_ok());
+        assert!(compile("object.spec.containers.exists(c, c.name == x)", &declared)
+            .is_err_and(|e| e.contains("undeclared reference to 'x'")));
+        assert!(compile("params.max > 1", &declared).is_err_and(|e| e.contains("undeclared reference to 'params'")));
+        assert!(compile("object.spec.replicas <=", &declared)
+            .is_err_and(|e| e.starts_with("compilation failed: ERROR: <input>:1:")));
+    }
+
+    #[test]
+    fn expressions_see_kube_s_values() {
+        let activation = Activation {
+            values: vec![
+                ("object", cel_of(&json!({"spec": {"replicas": 4}, "metadata": {"labels": {"a": "b"}}}))),
+                ("params", cel_of(&json!({"data": {"max": "3"}}))),
+            ],
+        };
+        let eval = |e: &str| activation.eval(&compile(e, &VARIABLES).unwrap());
+        assert_eq!(eval("object.spec.replicas <= int(params.data.max)"), Ok(cel::Value::Bool(false)));
+        assert_eq!(eval("'a' in object.metadata.labels && has(object.spec.replicas)"), Ok(cel::Value::Bool(true)));
+        assert_eq!(
+            eval("'replicas ' + string(object.spec.replicas)"),
+            Ok(cel::Value::String(Arc::new("replicas 4".into())))
+        );
+        assert!(eval("object.spec.missing > 1").is_err());
     }
 }

@@ -34,6 +34,8 @@ struct Hook<'a> {
     side_effects: &'a str,
     timeout_seconds: Option<i32>,
     versions: &'a [String],
+    /// Its CEL match conditions.
+    conditions: &'a [reg::MatchCondition],
     /// Whether it is a mutating webhook (which may answer a patch).
     mutating: bool,
     /// A mutating webhook's `reinvocationPolicy: IfNeeded`.
@@ -60,6 +62,7 @@ macro_rules! hooks {
                 side_effects: &w.side_effects,
                 timeout_seconds: w.timeout_seconds,
                 versions: &w.admission_review_versions,
+                conditions: w.match_conditions.as_deref().unwrap_or_default(),
                 mutating: $mutating,
                 reinvoke: $reinvoke(w),
                 index,
@@ -318,12 +321,20 @@ async fn admit(
     object: Option<&mut Value>,
     round: usize,
 ) -> Result<(), Status> {
+    // A mutating webhook sees the object as mutated so far; a validating one the object to store.
+    let sent = object.as_deref().or(a.object);
+    // Its match conditions: one false skips it; one that fails refuses the write unless the
+    // webhook fails open.
+    match super::policy::conditions_hold(a, sent, h.conditions) {
+        Ok(true) => {}
+        Ok(false) => return Ok(()),
+        Err(_) if h.failure_policy == Some("Ignore") => return Ok(()),
+        Err(why) => return Err(super::forbidden(a, &why)),
+    }
     // A webhook with side effects is not called on a dry run: the write is refused.
     if a.dry_run && !matches!(h.side_effects, "None" | "NoneOnDryRun") {
         return Err(status::bad_request(format!("admission webhook {} does not support dry run", go(h.name))));
     }
-    // A mutating webhook sees the object as mutated so far; a validating one the object to store.
-    let sent = object.as_deref().or(a.object);
     let answer = match call(api, h, a, sent).await {
         Ok(answer) => answer,
         Err(why) if h.failure_policy == Some("Ignore") => {
@@ -702,6 +713,9 @@ pub fn errors(v: &Value, mutating: bool) -> Vec<FieldError> {
             supported("reinvocationPolicy", &["IfNeeded", "Never"], &mut out);
         }
         out.extend(client_errors(&at("clientConfig"), w.get("clientConfig").unwrap_or(&Value::Null)));
+        let conditions = w.get("matchConditions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let declared = super::policy::CONDITION_VARIABLES;
+        out.extend(super::policy::condition_errors(&at("matchConditions"), conditions, &declared));
         out.extend(review_version_errors(&at("admissionReviewVersions"), w.get("admissionReviewVersions")));
         if !name.is_empty() {
             if names.contains(&name) {

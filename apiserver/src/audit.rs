@@ -248,12 +248,22 @@ impl Record {
         audit.write(&Value::Object(self.event.clone()));
     }
 
-    /// The request's object (level Request and above).
+    /// The request's object: what it names completes the objectRef; it is kept whole at level
+    /// Request and above.
     pub fn request_object(&mut self, body: &[u8]) {
-        if self.level >= Level::Request {
-            if let Some(v) = json_of(body) {
-                self.event.insert("requestObject".into(), v);
+        let Some(v) = json_of(body) else { return };
+        // The object names what the path may not (a create's name): kube fills the objectRef's
+        // empty name, namespace, uid and resourceVersion from it.
+        if let Some(Value::Object(o)) = self.event.get_mut("objectRef") {
+            for k in ["namespace", "name", "uid", "resourceVersion"] {
+                let given = v.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).unwrap_or("");
+                if !given.is_empty() && o.get(k).and_then(Value::as_str).unwrap_or("").is_empty() {
+                    o.insert(k.into(), json!(given));
+                }
             }
+        }
+        if self.level >= Level::Request {
+            self.event.insert("requestObject".into(), v);
         }
     }
 

@@ -82,9 +82,13 @@ async fn guard(State(s): State<Arc<Shared>>, mut req: Request, next: axum::middl
         (level != crate::audit::Level::None).then_some((audit.clone(), record))
     });
     if let Some((audit, rec)) = record.as_mut() {
-        if rec.level >= crate::audit::Level::Request {
+        // The body is read for a Request-level record, and for a create or update, whose object
+        // completes the record's objectRef (as kube's LogRequestObject does at Metadata).
+        if rec.level >= crate::audit::Level::Request || matches!(asked.verb.as_str(), "create" | "update") {
             let (parts, body) = req.into_parts();
-            let bytes = axum::body::to_bytes(body, rest::MAX_BODY_BYTES).await.unwrap_or_default();
+            let Ok(bytes) = axum::body::to_bytes(body, rest::MAX_BODY_BYTES).await else {
+                return rest::failure(rest::body_too_large());
+            };
             rec.request_object(&bytes);
             req = Request::from_parts(parts, Body::from(bytes));
         }

@@ -120,7 +120,7 @@ async fn pod_security_levels_through_kubectl() {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .filter(|e: &Value| {
-            e["stage"] == "ResponseComplete" && e["objectRef"]["namespace"] == "watched" && e["verb"] == "create"
+            e["stage"] == "ResponseComplete" && e["objectRef"]["name"] == "seen" && e["verb"] == "create"
         })
         .collect();
     let annotations = &events

@@ -540,10 +540,13 @@ async fn serve(
                     if activity.idle_for(bound, opened) {
                         return;
                     }
-                    // Checked again once the bound could have passed since the last request.
-                    let since = activity.last.lock().unwrap_or(opened);
-                    tokio::time::sleep_until((since + bound).max(tokio::time::Instant::now() + Duration::from_secs(1)))
-                        .await;
+                    // Checked again once the bound could have passed: after the last request
+                    // ended, or — a request (a watch) in flight — a whole bound from now, so a
+                    // long watch costs one wake-up per bound, not one a second.
+                    let now = tokio::time::Instant::now();
+                    let busy = activity.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
+                    let since = if busy { now } else { activity.last.lock().unwrap_or(opened) };
+                    tokio::time::sleep_until((since + bound).max(now + Duration::from_secs(1))).await;
                 }
             };
             tokio::select! {

@@ -284,10 +284,29 @@ pub async fn charges(api: &Api, a: &Attributes<'_>) -> Result<Vec<quota::Charge>
     Ok(Vec::new())
 }
 
+fn namespaces() -> &'static crate::resources::Resource {
+    crate::resources::find("", "v1", "namespaces").expect("namespaces are served")
+}
+
 /// The namespace `ns` as the watch cache holds it (none if it is not there).
 fn namespace_of(api: &Api, ns: &str) -> Option<std::sync::Arc<Value>> {
-    let r = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
-    api.cached(r, None, ns).map(|o| o.json(r))
+    api.cached(namespaces(), None, ns).map(|o| o.json(namespaces()))
+}
+
+/// The namespace `ns` as the store holds it now (kube's NotFound when there is none).
+async fn stored_namespace(api: &Api, ns: &str) -> Result<Value, Status> {
+    let r = namespaces();
+    let stored = crate::rest::read(api, r, &crate::rest::key(api, r, None, ns), ns).await?;
+    crate::rest::shown(r, &stored)
+}
+
+/// The namespace `ns` as the watch cache holds it or, when the cache has not caught up with a
+/// namespace made a moment ago, as the store does; none if it does not exist.
+async fn namespace(api: &Api, ns: &str) -> Option<std::sync::Arc<Value>> {
+    match namespace_of(api, ns) {
+        Some(n) => Some(n),
+        None => stored_namespace(api, ns).await.ok().map(std::sync::Arc::new),
+    }
 }
 
 /// The namespaces kube never lets go.
@@ -302,10 +321,8 @@ async fn namespace_lifecycle(api: &Api, a: &Attributes<'_>) -> Result<(), Status
     if a.operation != "CREATE" || !a.r.namespaced || a.namespace.is_empty() {
         return Ok(());
     }
-    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
     let ns = a.namespace;
-    let stored = crate::rest::read(api, namespaces, &crate::rest::key(api, namespaces, None, ns), ns).await?;
-    let v = crate::rest::shown(namespaces, &stored)?;
+    let v = stored_namespace(api, ns).await?;
     if v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
         // Kube lets what the namespace's deletion itself writes (events, token reviews) pass;
         // everything else is refused with the cause named.

@@ -863,13 +863,7 @@ pub async fn admit(api: &Api, a: &Attributes<'_>) -> Result<(), Status> {
 /// The policy of the namespace `ns`: as the watch cache holds it, or (a namespace made a moment
 /// ago) as the store does; none if it does not exist.
 async fn namespace_policy(api: &Api, ns: &str) -> Option<(Policy, Vec<FieldError>)> {
-    let namespaces = crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
-    if let Some(object) = api.cached(namespaces, None, ns) {
-        return Some(policy(object.json(namespaces).pointer("/metadata/labels")));
-    }
-    let key = crate::rest::key(api, namespaces, None, ns);
-    let stored = crate::rest::read(api, namespaces, &key, ns).await.ok()?;
-    let object = crate::rest::shown(namespaces, &stored).ok()?;
+    let object = super::namespace(api, ns).await?;
     Some(policy(object.pointer("/metadata/labels")))
 }
 

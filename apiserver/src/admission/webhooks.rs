@@ -5,6 +5,7 @@
 //! validating ones run all at once and may only allow or deny. A webhook that cannot be called
 //! fails the write unless its `failurePolicy` is Ignore.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -333,7 +334,10 @@ async fn admit(
     }
     // A webhook with side effects is not called on a dry run: the write is refused.
     if a.dry_run && !matches!(h.side_effects, "None" | "NoneOnDryRun") {
-        return Err(status::bad_request(format!("admission webhook {} does not support dry run", go(h.name))));
+        return Err(status::bad_request(format!(
+            "admission webhook {} does not support dry run",
+            status::go_quote(h.name)
+        )));
     }
     let answer = match call(api, h, a, sent).await {
         Ok(answer) => answer,
@@ -346,7 +350,9 @@ async fn admit(
             );
             return Ok(());
         }
-        Err(why) => return Err(crate::rest::internal(format!("failed calling webhook {}: {why}", go(h.name)))),
+        Err(why) => {
+            return Err(crate::rest::internal(format!("failed calling webhook {}: {why}", status::go_quote(h.name))))
+        }
     };
     for (k, v) in answer.get("auditAnnotations").and_then(Value::as_object).into_iter().flatten() {
         if let Some(v) = v.as_str() {
@@ -370,7 +376,7 @@ async fn admit(
         Some(o) => patched(a, o, &ops).map_err(crate::rest::internal),
         None => Err(crate::rest::internal(format!(
             "admission webhook {} attempted to modify the object, which is not supported for this operation",
-            go(h.name)
+            status::go_quote(h.name)
         ))),
     }
 }
@@ -442,7 +448,7 @@ async fn endpoint(api: &Api, h: &Hook<'_>, timeout: i32) -> Result<Endpoint, Str
         let url = format!("https://{}{path}", uri.authority().map(|a| a.as_str()).unwrap_or(""));
         let addrs = match tokio::net::lookup_host((host.as_str(), port)).await {
             Ok(a) => a.collect(),
-            Err(e) => return Err(format!("failed to call webhook: Post {}: dial tcp: lookup {host}: {e}", go(&url))),
+            Err(e) => return Err(post_failed(&url, format!("dial tcp: lookup {host}: {e}"))),
         };
         return Ok(Endpoint { addrs, server_name: host, path, url });
     }
@@ -451,8 +457,7 @@ async fn endpoint(api: &Api, h: &Hook<'_>, timeout: i32) -> Result<Endpoint, Str
     let path = format!("{}?{query}", joined(svc.path.as_deref().unwrap_or("")));
     let server_name = format!("{}.{}.svc", svc.name, svc.namespace);
     let url = format!("https://{server_name}:{port}{path}");
-    let addrs = service_addresses(api, &svc.namespace, &svc.name, port)
-        .map_err(|why| format!("failed to call webhook: Post {}: {why}", go(&url)))?;
+    let addrs = service_addresses(api, &svc.namespace, &svc.name, port).map_err(|why| post_failed(&url, why))?;
     Ok(Endpoint { addrs, server_name, path, url })
 }
 
@@ -463,7 +468,7 @@ fn service_addresses(api: &Api, ns: &str, name: &str, port: i32) -> Result<Vec<s
     let services = crate::resources::find("", "v1", "services").expect("services are served");
     let endpoints = crate::resources::find("", "v1", "endpoints").expect("endpoints are served");
     let Some(svc) = api.cached(services, Some(ns), name).map(|o| o.json(services)) else {
-        return Err(format!("services {} not found", go(name)));
+        return Err(format!("services {} not found", status::go_quote(name)));
     };
     let ports = svc.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default();
     let Some(p) = ports.iter().find(|p| p.get("port").and_then(Value::as_i64) == Some(port as i64)) else {
@@ -499,11 +504,6 @@ fn joined(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
-/// Go's `%q` of a string.
-fn go(s: &str) -> String {
-    status::go_quote(s)
-}
-
 /// POSTs an AdmissionReview of the write `a` to the webhook and reads its answer: the
 /// `response`, checked as kube checks it.
 async fn call(api: &Api, h: &Hook<'_>, a: &Attributes<'_>, object: Option<&Value>) -> Result<Value, String> {
@@ -514,7 +514,7 @@ async fn call(api: &Api, h: &Hook<'_>, a: &Attributes<'_>, object: Option<&Value
     let review = review(version, a, object, &uid);
     let timeout = h.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT).clamp(1, 30);
     let at = endpoint(api, h, timeout).await?;
-    let post = |why: String| format!("failed to call webhook: Post {}: {why}", go(&at.url));
+    let post = |why: String| post_failed(&at.url, why);
     let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
     let sent = tokio::time::timeout(Duration::from_secs(timeout as u64), exchange(h, &at, body));
     let (code, bytes) = match sent.await {
@@ -526,7 +526,7 @@ async fn call(api: &Api, h: &Hook<'_>, a: &Attributes<'_>, object: Option<&Value
         let text = String::from_utf8_lossy(&bytes).trim().to_string();
         return Err(format!(
             "failed to call webhook: an error on the server ({}) has prevented the request from succeeding",
-            go(&text)
+            status::go_quote(&text)
         ));
     }
     let invalid = |why: String| format!("received invalid webhook response: {why}");
@@ -541,7 +541,11 @@ async fn call(api: &Api, h: &Hook<'_>, a: &Attributes<'_>, object: Option<&Value
     }
     let got_uid = response.get("uid").and_then(Value::as_str).unwrap_or("");
     if got_uid != uid {
-        return Err(invalid(format!("expected response.uid={}, got {}", go(&uid), go(got_uid))));
+        return Err(invalid(format!(
+            "expected response.uid={}, got {}",
+            status::go_quote(&uid),
+            status::go_quote(got_uid)
+        )));
     }
     let text = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or("").to_string();
     let (api_version, kind) = (text(&back, "apiVersion"), text(&back, "kind"));
@@ -559,7 +563,9 @@ async fn call(api: &Api, h: &Hook<'_>, a: &Attributes<'_>, object: Option<&Value
             return Err(invalid("webhook returned response.patchType but not response.patch".into()))
         }
         (true, true, Some("")) => return Err(invalid("webhook returned invalid response.patchType of \"\"".into())),
-        (true, true, Some(t)) if t != "JSONPatch" => return Err(format!("unsupported patch type {}", go(t))),
+        (true, true, Some(t)) if t != "JSONPatch" => {
+            return Err(format!("unsupported patch type {}", status::go_quote(t)))
+        }
         _ => {}
     }
     Ok(response.clone())
@@ -568,21 +574,8 @@ async fn call(api: &Api, h: &Hook<'_>, a: &Attributes<'_>, object: Option<&Value
 /// One HTTPS exchange: dial an address of `at`, verify its certificate for the service or host
 /// name against the webhook's `caBundle` (the system's roots without one), POST the review.
 async fn exchange(h: &Hook<'_>, at: &Endpoint, body: Vec<u8>) -> Result<(u16, bytes::Bytes), String> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    match h.client.ca_bundle.as_ref().filter(|b| !b.0.is_empty()) {
-        Some(pem) => {
-            for c in rustls::pki_types::CertificateDer::pem_slice_iter(&pem.0).flatten() {
-                let _ = roots.add(c);
-            }
-        }
-        None => roots = keel_store::tls::system_roots(),
-    }
-    let config = rustls::ClientConfig::builder_with_provider(keel_store::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let bundle = h.client.ca_bundle.as_ref().map(|b| b.0.as_slice()).unwrap_or_default();
+    let config = client_config(bundle)?;
     let name = rustls::pki_types::ServerName::try_from(at.server_name.clone()).map_err(|e| e.to_string())?;
     let mut last = String::from("no address to dial");
     let mut tcp = None;
@@ -596,7 +589,7 @@ async fn exchange(h: &Hook<'_>, at: &Endpoint, body: Vec<u8>) -> Result<(u16, by
         }
     }
     let tcp = tcp.ok_or(last)?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let tls = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
         .map_err(|e| format!("tls: failed to verify certificate: {e}"))?;
@@ -617,6 +610,49 @@ async fn exchange(h: &Hook<'_>, at: &Endpoint, body: Vec<u8>) -> Result<(u16, by
     let limited = http_body_util::Limited::new(answer.into_body(), MAX_ANSWER_BYTES);
     let bytes = limited.collect().await.map_err(|e| e.to_string())?.to_bytes();
     Ok((code, bytes))
+}
+
+/// TLS client configurations by the CA bundle they trust (empty: the system's roots), made once
+/// rather than on every call (the system's roots are read from disk).
+static CLIENT_CONFIGS: std::sync::LazyLock<parking_lot::Mutex<HashMap<Vec<u8>, Arc<rustls::ClientConfig>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The most configurations kept (webhook configurations are few; a bound keeps churn finite).
+const KEPT_CLIENT_CONFIGS: usize = 256;
+
+/// The TLS client configuration trusting the PEM `bundle` (the system's roots when empty).
+fn client_config(bundle: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    if let Some(c) = CLIENT_CONFIGS.lock().get(bundle) {
+        return Ok(c.clone());
+    }
+    let roots = if bundle.is_empty() {
+        keel_store::tls::system_roots()
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls::pki_types::CertificateDer::pem_slice_iter(bundle).flatten() {
+            let _ = roots.add(c);
+        }
+        roots
+    };
+    let config = Arc::new(
+        rustls::ClientConfig::builder_with_provider(keel_store::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let mut kept = CLIENT_CONFIGS.lock();
+    if kept.len() >= KEPT_CLIENT_CONFIGS {
+        kept.clear();
+    }
+    kept.insert(bundle.to_vec(), config.clone());
+    Ok(config)
+}
+
+/// A POST to `url` that failed, as kube words it (`why` as Go's HTTP client does).
+fn post_failed(url: &str, why: impl std::fmt::Display) -> String {
+    format!("failed to call webhook: Post {}: {why}", status::go_quote(url))
 }
 
 /// An I/O error as Go's net package words the common ones.

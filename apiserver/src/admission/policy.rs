@@ -263,25 +263,22 @@ pub async fn validate(api: &Api, a: &Attributes<'_>) -> Result<(), Status> {
             }
         }
         let binding_name = binding.metadata.name.as_deref().unwrap_or("");
+        let denied_by =
+            format!("ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request");
         let fail_closed = pspec.failure_policy.as_deref() != Some("Ignore");
         let actions: Vec<&str> = spec.validation_actions.iter().flatten().map(String::as_str).collect();
         let params = match params(api, pspec, spec, a) {
             Ok(p) => p,
             Err(why) if fail_closed => {
-                let msg = format!("ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request: failed to configure binding: {why}");
-                return Err(denied(a, &msg, "Invalid"));
+                return Err(denied(a, &format!("{denied_by}: failed to configure binding: {why}"), "Invalid"));
             }
             Err(_) => continue,
         };
         for p in params {
-            let failures = evaluate(api, policy_name, pspec, a, p, fail_closed).await?;
+            let failures = evaluate(api, policy_name, pspec, a, p, fail_closed);
             for f in failures {
                 if actions.contains(&"Deny") {
-                    let msg = format!(
-                        "ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request: {}",
-                        f.message
-                    );
-                    return Err(denied(a, &msg, &f.reason));
+                    return Err(denied(a, &format!("{denied_by}: {}", f.message), &f.reason));
                 }
                 if actions.contains(&"Warn") {
                     super::warn(format!(
@@ -395,14 +392,14 @@ fn with_type(r: &crate::resources::Resource, v: Value) -> Value {
 /// The policy's match conditions, validations and audit annotations over one parameter
 /// object: the validations that failed (errors count as failures when the policy fails
 /// closed). A match condition that is false skips the policy.
-async fn evaluate(
+fn evaluate(
     api: &Api,
     name: &str,
     policy: &reg::ValidatingAdmissionPolicySpec,
     a: &Attributes<'_>,
     params: Value,
     fail_closed: bool,
-) -> Result<Vec<Failure>, Status> {
+) -> Vec<Failure> {
     let namespace = if a.r.namespaced && !a.namespace.is_empty() {
         super::namespace_of(api, a.namespace).map(|n| (*n).clone()).unwrap_or(Value::Null)
     } else {
@@ -426,9 +423,9 @@ async fn evaluate(
 
     match conditions_of(&activation, policy.match_conditions.as_deref().unwrap_or_default(), &VARIABLES) {
         Ok(true) => {}
-        Ok(false) => return Ok(Vec::new()),
-        Err(_) if !fail_closed => return Ok(Vec::new()),
-        Err(message) => return Ok(vec![Failure { message, reason: "Invalid".into(), index: 0 }]),
+        Ok(false) => return Vec::new(),
+        Err(_) if !fail_closed => return Vec::new(),
+        Err(message) => return vec![Failure { message, reason: "Invalid".into(), index: 0 }],
     }
 
     let mut failures = Vec::new();
@@ -468,7 +465,7 @@ async fn evaluate(
             }
         }
     }
-    Ok(failures)
+    failures
 }
 
 /// The `variables` map of the values evaluated so far.

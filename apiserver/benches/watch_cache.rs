@@ -208,6 +208,7 @@ async fn lists(report: &mut String) {
         storage: storage.clone(),
         prefix: "/registry".into(),
         caches: Caches::default(),
+        crds: Default::default(),
         ranges: Default::default(),
         events: std::sync::Arc::new(keel_apiserver::storage::Leases::new(std::time::Duration::from_secs(3600))),
         proxies: Default::default(),

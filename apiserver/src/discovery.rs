@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::resources::{self, Resource};
+use crate::resources::Resource;
 
 /// The Kubernetes version whose API is served (`k8s-openapi`'s `v1_33` types).
 pub const MAJOR: &str = "1";
@@ -58,6 +58,45 @@ pub fn version() -> Version {
             if cfg!(target_arch = "x86_64") { "amd64" } else { std::env::consts::ARCH }
         ),
     }
+}
+
+/// The served group-versions: the core group first, then groups by name, each group's versions
+/// by kube's version priority (`v2` before `v1` before `v1beta1` before `v1alpha1`), so that
+/// the first is the preferred one.
+pub fn group_versions(all: &[&'static Resource]) -> Vec<(&'static str, &'static str)> {
+    let mut gvs: Vec<_> = all.iter().map(|r| (r.group, r.version)).collect();
+    gvs.sort_by(|a, b| a.0.cmp(b.0).then_with(|| version_priority(a.1).cmp(&version_priority(b.1))));
+    gvs.dedup();
+    gvs
+}
+
+/// A version's place in kube's order (lower first): GA before beta before alpha, higher
+/// numbers first within each, then versions of other forms by name.
+fn version_priority(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, &str) {
+    let parsed = v.strip_prefix('v').and_then(|rest| {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        let (level, minor) = match tail {
+            "" => (0, ""),
+            t if t.starts_with("beta") => (1, &t[4..]),
+            t if t.starts_with("alpha") => (2, &t[5..]),
+            _ => return None,
+        };
+        let minor: u64 = if minor.is_empty() && level == 0 { 0 } else { minor.parse().ok()? };
+        Some((level, major, minor))
+    });
+    match parsed {
+        Some((level, major, minor)) => (level, std::cmp::Reverse(major), std::cmp::Reverse(minor), ""),
+        None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), v),
+    }
+}
+
+/// The resources of one group-version, by name.
+pub fn of(all: &[&'static Resource], group: &str, version: &str) -> Vec<&'static Resource> {
+    let mut rs: Vec<_> = all.iter().copied().filter(|r| r.group == group && r.version == version).collect();
+    rs.sort_by_key(|r| r.plural);
+    rs
 }
 
 /// Whether an `Accept` header asks for aggregated discovery v2 before anything else it takes.
@@ -202,8 +241,8 @@ fn response_kind(r: &Resource, sub: &str) -> (&'static str, &'static str, &'stat
 }
 
 /// The resource list of a served group-version.
-pub fn resource_list(group: &str, version: &str) -> Option<ApiResourceList> {
-    let rs = resources::of(group, version);
+pub fn resource_list(all: &[&'static Resource], group: &str, version: &str) -> Option<ApiResourceList> {
+    let rs = of(all, group, version);
     let first = rs.first()?;
     Some(ApiResourceList {
         type_meta: TypeMeta { kind: "APIResourceList", api_version: if group.is_empty() { "" } else { "v1" } },
@@ -230,8 +269,8 @@ pub struct ApiGroup {
     preferred_version: GroupVersion,
 }
 
-fn group(name: &'static str, in_list: bool) -> Option<ApiGroup> {
-    let versions: Vec<_> = resources::group_versions().into_iter().filter(|(g, _)| *g == name).collect();
+fn group(all: &[&'static Resource], name: &'static str, in_list: bool) -> Option<ApiGroup> {
+    let versions: Vec<_> = group_versions(all).into_iter().filter(|(g, _)| *g == name).collect();
     let gv = |v: &'static str| GroupVersion { group_version: format!("{name}/{v}"), version: v };
     let preferred = gv(versions.first()?.1);
     Some(ApiGroup {
@@ -246,9 +285,9 @@ fn group(name: &'static str, in_list: bool) -> Option<ApiGroup> {
 }
 
 /// `/apis/<group>`.
-pub fn api_group(name: &str) -> Option<ApiGroup> {
-    let name = resources::RESOURCES.iter().find(|r| r.group == name && !name.is_empty())?.group;
-    group(name, false)
+pub fn api_group(all: &[&'static Resource], name: &str) -> Option<ApiGroup> {
+    let name = all.iter().find(|r| r.group == name && !name.is_empty())?.group;
+    group(all, name, false)
 }
 
 /// `metav1.APIGroupList` (`/apis`).
@@ -260,14 +299,14 @@ pub struct ApiGroupList {
     groups: Vec<ApiGroup>,
 }
 
-pub fn api_groups() -> ApiGroupList {
+pub fn api_groups(all: &[&'static Resource]) -> ApiGroupList {
     let mut names: Vec<&'static str> =
-        resources::group_versions().into_iter().map(|(g, _)| g).filter(|g| !g.is_empty()).collect();
+        group_versions(all).into_iter().map(|(g, _)| g).filter(|g| !g.is_empty()).collect();
     names.dedup();
     ApiGroupList {
         kind: "APIGroupList",
         api_version: "v1",
-        groups: names.into_iter().filter_map(|g| group(g, true)).collect(),
+        groups: names.into_iter().filter_map(|g| group(all, g, true)).collect(),
     }
 }
 
@@ -336,13 +375,13 @@ pub struct GroupDiscoveryList {
     items: Vec<GroupDiscovery>,
 }
 
-fn group_discovery(name: &'static str) -> GroupDiscovery {
-    let versions = resources::group_versions()
+fn group_discovery(all: &[&'static Resource], name: &'static str) -> GroupDiscovery {
+    let versions = group_versions(all)
         .into_iter()
         .filter(|(g, _)| *g == name)
         .map(|(g, v)| VersionDiscovery {
             version: v,
-            resources: resources::of(g, v)
+            resources: of(all, g, v)
                 .into_iter()
                 .map(|r| ResourceDiscovery {
                     resource: r.plural,
@@ -374,10 +413,10 @@ fn group_discovery(name: &'static str) -> GroupDiscovery {
 }
 
 /// Aggregated discovery of the core group (`/api`) or of every other group (`/apis`).
-pub fn aggregated(core: bool) -> GroupDiscoveryList {
-    let mut names: Vec<&'static str> = resources::group_versions().into_iter().map(|(g, _)| g).collect();
+pub fn aggregated(all: &[&'static Resource], core: bool) -> GroupDiscoveryList {
+    let mut names: Vec<&'static str> = group_versions(all).into_iter().map(|(g, _)| g).collect();
     names.dedup();
-    let items = names.into_iter().filter(|g| g.is_empty() == core).map(group_discovery).collect();
+    let items = names.into_iter().filter(|g| g.is_empty() == core).map(|g| group_discovery(all, g)).collect();
     GroupDiscoveryList {
         kind: "APIGroupDiscoveryList",
         api_version: "apidiscovery.k8s.io/v2",
@@ -391,16 +430,27 @@ mod tests {
     use super::*;
     use crate::status::go_json;
 
+    fn builtin() -> Vec<&'static Resource> {
+        crate::resources::RESOURCES.iter().collect()
+    }
+
+    #[test]
+    fn versions_go_by_kubes_priority() {
+        let mut vs = vec!["v1beta1", "v1", "v2alpha1", "v2", "v1alpha1", "v1beta2", "foo", "v10"];
+        vs.sort_by_key(|v| version_priority(v));
+        assert_eq!(vs, ["v10", "v2", "v1", "v1beta2", "v1beta1", "v2alpha1", "v1alpha1", "foo"]);
+    }
+
     #[test]
     fn legacy_core_discovery_lists_the_table() {
-        let body = String::from_utf8(go_json(&resource_list("", "v1").unwrap())).unwrap();
+        let body = String::from_utf8(go_json(&resource_list(&builtin(), "", "v1").unwrap())).unwrap();
         assert!(body.starts_with(r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["cm"],"storageVersionHash":"qFsyl6wFWjQ="}"#), "{body}");
-        assert!(resource_list("autoscaling", "v1").is_none());
-        let apps = String::from_utf8(go_json(&resource_list("apps", "v1").unwrap())).unwrap();
+        assert!(resource_list(&builtin(), "autoscaling", "v1").is_none());
+        let apps = String::from_utf8(go_json(&resource_list(&builtin(), "apps", "v1").unwrap())).unwrap();
         assert!(apps.contains(r#"{"name":"deployments/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]}"#), "{apps}");
         assert!(body.contains(r#"{"name":"namespaces/finalize","singularName":"","namespaced":false,"kind":"Namespace","verbs":["update"]},{"name":"namespaces/status","singularName":"","namespaced":false,"kind":"Namespace","verbs":["get","patch","update"]},{"name":"nodes","#), "{body}");
         assert!(body.contains(r#"{"name":"pods/status","singularName":"","namespaced":true,"kind":"Pod","verbs":["get","patch","update"]}"#), "{body}");
-        let aggregated = String::from_utf8(go_json(&aggregated(true))).unwrap();
+        let aggregated = String::from_utf8(go_json(&aggregated(&builtin(), true))).unwrap();
         assert!(aggregated.contains(r#""subresources":[{"subresource":"binding","responseKind":{"group":"","version":"","kind":"Binding"},"verbs":["create"]},{"subresource":"eviction","responseKind":{"group":"policy","version":"v1","kind":"Eviction"},"verbs":["create"]},{"subresource":"status","responseKind":{"group":"","version":"","kind":"Pod"},"verbs":["get","patch","update"]}]"#), "{aggregated}");
         assert!(body.contains(r#"{"name":"pods/eviction","singularName":"","namespaced":true,"group":"policy","version":"v1","kind":"Eviction","verbs":["create"]}"#), "{body}");
     }
@@ -408,7 +458,7 @@ mod tests {
     /// The hashes kube 1.33 serves (docs/apiserver-discovery.md §3).
     #[test]
     fn storage_version_hashes_are_kubes() {
-        let hash = |p: &str| storage_version_hash(resources::find("", "v1", p).unwrap());
+        let hash = |p: &str| storage_version_hash(crate::resources::find("", "v1", p).unwrap());
         assert_eq!(hash("configmaps"), "qFsyl6wFWjQ=");
         assert_eq!(hash("namespaces"), "Q3oi5N2YM8M=");
         assert_eq!(hash("secrets"), "S6u1pOWzb84=");
@@ -425,7 +475,7 @@ mod tests {
         assert!(!wants_aggregated(
             "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
         ));
-        let body = String::from_utf8(go_json(&aggregated(true))).unwrap();
+        let body = String::from_utf8(go_json(&aggregated(&builtin(), true))).unwrap();
         assert!(body.starts_with(r#"{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"creationTimestamp":null},"versions":[{"version":"v1","resources":[{"resource":"configmaps","responseKind":{"group":"","version":"","kind":"ConfigMap"},"scope":"Namespaced","singularResource":"configmap","verbs":["#), "{body}");
     }
 }

@@ -6,15 +6,18 @@
 //! the resources of the table in [`resources`] over HTTPS ([`server`], [`run`]).
 
 pub mod admission;
+pub mod apply;
 pub mod audit;
 pub mod auth;
 pub mod bindings;
 pub mod cache;
 pub mod control;
+pub mod crd;
 pub mod deletion;
 pub mod discovery;
 pub mod events;
 pub mod evictions;
+pub mod managers;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

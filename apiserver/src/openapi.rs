@@ -11,7 +11,7 @@ use sha2::Digest as _;
 
 use crate::discovery;
 use crate::proto::Node;
-use crate::resources::{self, Resource};
+use crate::resources::Resource;
 
 /// The path of a group-version's document under `/openapi/v3/`.
 fn gv_path(group: &str, version: &str) -> String {
@@ -62,7 +62,11 @@ fn operation(r: &Resource, action: &str, verb: &str, schema: &Value, body: bool,
     });
     if body {
         let media = if action == "patch" {
-            ["application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json"]
+            let third = match r.custom {
+                Some(_) => "application/apply-patch+yaml",
+                None => "application/strategic-merge-patch+json",
+            };
+            ["application/json-patch+json", "application/merge-patch+json", third]
                 .iter()
                 .map(|m| (m.to_string(), json!({"schema": {"type": "object"}})))
                 .collect::<Map<_, _>>()
@@ -75,8 +79,8 @@ fn operation(r: &Resource, action: &str, verb: &str, schema: &Value, body: bool,
 }
 
 /// The document of one group-version; `None` if nothing is served there.
-pub fn document(group: &str, version: &str) -> Option<Value> {
-    let served = resources::of(group, version);
+pub fn document(all: &[&'static Resource], group: &str, version: &str) -> Option<Value> {
+    let served = discovery::of(all, group, version);
     if served.is_empty() {
         return None;
     }
@@ -84,8 +88,16 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
     let mut paths = Map::new();
     let base = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
     let mut kinds = Vec::new();
+    let mut custom = Map::new();
     for r in &served {
-        let schema = serde_json::to_value((r.schema)(&mut generator)).expect("a schema encodes");
+        let schema = match r.custom {
+            Some(c) => {
+                let name = custom_name(r, r.kind);
+                custom.insert(name.clone(), custom_schema(r, c, &mut generator));
+                json!({"$ref": format!("#/components/schemas/{name}")})
+            }
+            None => serde_json::to_value((r.schema)(&mut generator)).expect("a schema encodes"),
+        };
         kinds.push((r, schema.clone()));
         let list = json!({"type": "object", "properties": {"items": {"type": "array", "items": schema}}});
         let name = path_param("name", &format!("name of the {}", r.kind));
@@ -130,6 +142,7 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
     }
     let mut schemas: Map<String, Value> =
         generator.take_definitions(true).into_iter().collect::<serde_json::Map<String, Value>>();
+    schemas.extend(custom);
     // kube's merge markers on each field that has them (kubectl's apply reads the patch ones).
     for (name, schema) in schemas.iter_mut() {
         for (field, m) in Node::named(name).marked_fields() {
@@ -150,7 +163,7 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
         }
     }
     // Each kind's schema names its group, version and kind (an array, as kube writes it there).
-    for (r, _) in kinds {
+    for (r, _) in kinds.into_iter().filter(|(r, _)| r.custom.is_none()) {
         let name = format!(
             "io.k8s.api.{}.{}.{}",
             if r.group.is_empty() { "core" } else { r.group.split('.').next().unwrap_or(r.group) },
@@ -169,11 +182,38 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
+/// kube's name of a custom resource's schema: the group reversed, the version, the kind
+/// (`com.example.stable.v1.CronTab`).
+fn custom_name(r: &Resource, kind: &str) -> String {
+    let group: Vec<&str> = r.group.split('.').rev().collect();
+    format!("{}.{}.{kind}", group.join("."), r.version)
+}
+
+/// A custom resource version's schema as kube publishes it: the definition's, with `apiVersion`,
+/// `kind` and `metadata` (ObjectMeta) described, and its group-version-kind.
+fn custom_schema(r: &Resource, c: &crate::crd::Custom, generator: &mut schemars::SchemaGenerator) -> Value {
+    let meta =
+        serde_json::to_value(generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>())
+            .expect("a schema encodes");
+    let mut schema = match &c.raw {
+        Value::Object(m) => Value::Object(m.clone()),
+        _ => json!({"type": "object"}),
+    };
+    let props = schema.as_object_mut().expect("an object").entry("properties").or_insert_with(|| json!({}));
+    if let Value::Object(p) = props {
+        p.insert("apiVersion".into(), json!({"description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources", "type": "string"}));
+        p.insert("kind".into(), json!({"description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "type": "string"}));
+        p.insert("metadata".into(), json!({"allOf": [meta], "default": {}, "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}));
+    }
+    schema["x-kubernetes-group-version-kind"] = json!([gvk(r)]);
+    schema
+}
+
 /// `/openapi/v3`: each group-version's document and where it is, by hash.
-pub fn index() -> Value {
+pub fn index(all: &[&'static Resource]) -> Value {
     let mut paths = Map::new();
-    for (g, v) in resources::group_versions() {
-        if let Some(doc) = document(g, v) {
+    for (g, v) in discovery::group_versions(all) {
+        if let Some(doc) = document(all, g, v) {
             let bytes = serde_json::to_vec(&doc).expect("a document encodes");
             let path = gv_path(g, v);
             paths.insert(
@@ -193,7 +233,8 @@ mod tests {
     /// kind's schema with its group-version-kind.
     #[test]
     fn the_core_document_tells_kubectl_what_it_needs() {
-        let doc = document("", "v1").unwrap();
+        let all: Vec<&'static Resource> = crate::resources::RESOURCES.iter().collect();
+        let doc = document(&all, "", "v1").unwrap();
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
         assert_eq!(
             patch["x-kubernetes-group-version-kind"],
@@ -217,7 +258,7 @@ mod tests {
         assert_eq!(selector["x-kubernetes-map-type"], "atomic");
         let text = serde_json::to_string(&doc).unwrap();
         assert!(!text.contains("#/$defs") && !text.contains("#/definitions"), "refs point into components");
-        let index = index();
+        let index = index(&all);
         assert!(index["paths"]["api/v1"]["serverRelativeURL"]
             .as_str()
             .unwrap()

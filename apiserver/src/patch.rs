@@ -22,15 +22,22 @@ pub enum Kind {
 }
 
 /// The patch type of a request's Content-Type; kube's 415 for another.
-pub fn kind_of(content_type: &str) -> Result<Kind, Status> {
+pub fn kind_of(content_type: &str, custom: bool) -> Result<Kind, Status> {
     match content_type.split(';').next().unwrap_or("").trim() {
         "application/json-patch+json" => Ok(Kind::Json),
         "application/merge-patch+json" => Ok(Kind::Merge),
-        "application/strategic-merge-patch+json" => Ok(Kind::Strategic),
+        // A custom resource has no strategic merge patch: its schema names no patch strategies.
+        "application/strategic-merge-patch+json" if !custom => Ok(Kind::Strategic),
+        _ if custom => Err(Status::failure(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            None,
+        )),
         _ => Err(Status::failure(
             415,
             "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml",
             None,
         )),
     }
@@ -318,6 +325,7 @@ mod tests {
         );
         let out = apply(Kind::Merge, Node::Other, &cm, br#"{"data":{"k":null,"a":"b"}}"#).unwrap();
         assert_eq!(out, json!({"data": {"a": "b"}}));
-        assert_eq!(kind_of("application/apply-patch+yaml").unwrap_err().code, 415);
+        assert_eq!(kind_of("text/plain", false).unwrap_err().code, 415);
+        assert_eq!(kind_of("application/strategic-merge-patch+json", true).unwrap_err().code, 415);
     }
 }

@@ -33,12 +33,12 @@ fn parsed_rv(rv: &str) -> Result<i64, Status> {
 
 /// The cache a LIST (already validated) is served from, fresh enough for it, and the limit it
 /// applies; None: the store.
-pub async fn list_source<'a>(
-    api: &'a Api,
+pub async fn list_source(
+    api: &Api,
     r: &Resource,
     query: &Query,
     limit: i64,
-) -> Result<Option<(&'a Arc<Cache>, i64)>, Status> {
+) -> Result<Option<(Arc<Cache>, i64)>, Status> {
     let Some(cache) = api.caches.of(r).filter(|c| c.ready()) else { return Ok(None) };
     let rv = rv_of(query);
     let matching = query.get("resourceVersionMatch").map(String::as_str).unwrap_or("");
@@ -62,7 +62,7 @@ pub async fn list_source<'a>(
 }
 
 /// The cache a GET is served from, fresh enough for it; None: the store.
-pub async fn get_source<'a>(api: &'a Api, r: &Resource, query: &Query) -> Result<Option<&'a Arc<Cache>>, Status> {
+pub async fn get_source(api: &Api, r: &Resource, query: &Query) -> Result<Option<Arc<Cache>>, Status> {
     let Some(cache) = api.caches.of(r).filter(|c| c.ready()) else { return Ok(None) };
     match rv_of(query) {
         "" => Ok(None),

@@ -27,6 +27,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Map, Value};
 
 use crate::storage::keys;
@@ -70,6 +71,13 @@ pub enum Strategy {
     Binding(bool),
     /// The review APIs (`crate::auth::reviews`): answered on create, never stored.
     Review,
+    /// CustomResourceDefinitions (`crate::crd::validation`): kube's defaults and validation, the
+    /// storage version recorded in `status.storedVersions`, and a delete that marks the
+    /// definition Terminating until its objects are gone.
+    Crd,
+    /// A custom resource (`crate::crd`): its definition's structural schema prunes, defaults and
+    /// validates it, its CEL rules hold, and its `custom` descriptor says the rest.
+    Custom,
 }
 
 /// When kube bumps `metadata.generation` (set to 1 on create).
@@ -84,6 +92,9 @@ pub enum Generation {
     SpecAndAnnotations,
     /// On a change of the webhooks (webhook configurations, which have no spec).
     Webhooks,
+    /// On a change of anything but the metadata and, with a status subresource, the status
+    /// (custom resources).
+    Content,
 }
 
 /// Which names a resource accepts (kube's `NameIsDNSSubdomain`, `NameIsDNSLabel`,
@@ -127,10 +138,18 @@ pub struct Resource {
     pub canonical: fn(Value) -> Result<Value, serde_json::Error>,
     /// The type's OpenAPI schema (a reference; its definitions land in the generator).
     pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    /// What a custom resource's definition says of it (None for the built-ins).
+    pub custom: Option<&'static crate::crd::Custom>,
 }
 
 fn schema<K: schemars::JsonSchema>(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
     g.subschema_for::<K>()
+}
+
+/// The schema of a resource that has no k8s-openapi type (a custom resource's is its
+/// definition's, which `crate::openapi` reads from its `Custom`).
+pub(crate) fn no_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::Schema::default()
 }
 
 fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Result<Value, serde_json::Error> {
@@ -138,19 +157,19 @@ fn canonical<K: serde::Serialize + serde::de::DeserializeOwned>(v: Value) -> Res
 }
 
 /// Every verb of a resource (kube's order: alphabetical).
-const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+pub(crate) const ALL: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 /// A review's only verb.
 const CREATE: &[&str] = &["create"];
 /// A status or scale subresource's verbs.
-const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
+pub(crate) const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 /// Every verb but deletecollection (namespaces).
 const NO_DELETECOLLECTION: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
-const STATUS: &[(&str, &[&str])] = &[("status", GET_PATCH_UPDATE)];
-const SCALE_STATUS: &[(&str, &[&str])] = &[("scale", GET_PATCH_UPDATE), ("status", GET_PATCH_UPDATE)];
+pub(crate) const STATUS: &[(&str, &[&str])] = &[("status", GET_PATCH_UPDATE)];
+pub(crate) const SCALE_STATUS: &[(&str, &[&str])] = &[("scale", GET_PATCH_UPDATE), ("status", GET_PATCH_UPDATE)];
 /// A namespaced resource's selectable fields.
-const NAMESPACED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+pub(crate) const NAMESPACED_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 /// A cluster-scoped resource's.
-const CLUSTER_FIELDS: &[&str] = &["metadata.name"];
+pub(crate) const CLUSTER_FIELDS: &[&str] = &["metadata.name"];
 /// kube's `all` category.
 const ALL_CATEGORY: &[&str] = &["all"];
 /// kube's `api-extensions` category (what extends the API: admission configuration, CRDs).
@@ -208,6 +227,7 @@ const PLAIN: Resource = Resource {
     deleted: Deleted::Status,
     canonical: canonical::<ConfigMap>,
     schema: schema::<ConfigMap>,
+    custom: None,
 };
 
 /// Every served resource.
@@ -457,6 +477,17 @@ pub static RESOURCES: &[Resource] = &[
         categories: API_EXTENSIONS,
         generation: Generation::Webhooks,
     ),
+    // apiextensions.k8s.io/v1
+    resource!(
+        CustomResourceDefinition,
+        "customresourcedefinition",
+        short_names: &["crd", "crds"],
+        categories: API_EXTENSIONS,
+        subresources: STATUS,
+        fields: CLUSTER_FIELDS,
+        strategy: Strategy::Crd,
+        generation: Generation::Spec,
+    ),
 ];
 
 impl Resource {
@@ -506,21 +537,6 @@ impl Resource {
 /// The resource served at `group`/`version` under `plural`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
-}
-
-/// The served group-versions, core first, then groups by name.
-pub fn group_versions() -> Vec<(&'static str, &'static str)> {
-    let mut gvs: Vec<_> = RESOURCES.iter().map(|r| (r.group, r.version)).collect();
-    gvs.sort();
-    gvs.dedup();
-    gvs
-}
-
-/// The resources of one group-version, by name.
-pub fn of(group: &str, version: &str) -> Vec<&'static Resource> {
-    let mut rs: Vec<_> = RESOURCES.iter().filter(|r| r.group == group && r.version == version).collect();
-    rs.sort_by_key(|r| r.plural);
-    rs
 }
 
 #[cfg(test)]

@@ -126,9 +126,21 @@ pub struct Api {
     pub auth: std::sync::Arc<crate::auth::Auth>,
     /// The admission plugins enabled.
     pub admission: std::sync::Arc<crate::admission::Chain>,
+    /// The custom resources served (`crate::crd`).
+    pub crds: crate::crd::Registry,
 }
 
 impl Api {
+    /// The resource served at `group`/`version` under `plural`: a built-in or a custom one.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+        crate::resources::find(group, version, plural).or_else(|| self.crds.find(group, version, plural))
+    }
+
+    /// Every resource served now: the built-ins, then the custom resources' versions.
+    pub fn served(&self) -> Vec<&'static Resource> {
+        crate::resources::RESOURCES.iter().chain(self.crds.all()).collect()
+    }
+
     /// The object of `r` named `name` (in `namespace`), as its watch cache holds it now.
     pub fn cached(
         &self,
@@ -393,8 +405,11 @@ fn typed(r: &Resource, v: Value, keys: Vec<(String, bool)>, check: &mut Check) -
             r.kind
         )));
     }
-    let typed =
-        (r.canonical)(v.clone()).map_err(|e| status::bad_request(format!("{} in body is invalid: {e}", r.kind)))?;
+    let typed = match r.custom {
+        Some(c) => crate::crd::canonical(c, v.clone()),
+        None => (r.canonical)(v.clone()).map_err(|e| e.to_string()),
+    }
+    .map_err(|e| status::bad_request(format!("{} in body is invalid: {e}", r.kind)))?;
     let mut unknown = Vec::new();
     unknown_fields(&v, &typed, "", &mut unknown);
     check.strict(r, unknown, keys)?;
@@ -442,6 +457,8 @@ pub struct Check {
     /// `dryRun=All`: everything but the store's write.
     pub dry_run: bool,
     pub warnings: Vec<String>,
+    /// `force=true` on a server-side apply: conflicting fields are taken over.
+    pub force: bool,
 }
 
 impl Check {
@@ -466,7 +483,7 @@ impl Check {
                 return Err(unsupported("fieldValidation", other, "supported values: \"Ignore\", \"Strict\", \"Warn\""))
             }
         };
-        Ok(Check { validation, dry_run, warnings: Vec::new() })
+        Ok(Check { validation, dry_run, warnings: Vec::new(), force: false })
     }
 
     /// Unknown and duplicate fields: refused (Strict), warned of (Warn) or let through (Ignore).
@@ -525,7 +542,11 @@ pub async fn serve(
     headers: &HeaderMap,
     body: Bytes,
 ) -> http::Response<Body> {
-    let work = crate::auth::acting_as(user, answer(api, r, method, target, query, headers, body));
+    let manager = crate::managers::manager_of(query, headers);
+    // Boxed: a request's future is deep (its create, update and apply paths), and a control-plane
+    // client awaits it inside its own task's future.
+    let work = crate::managers::writing(manager, Box::pin(answer(api, r, method, target, query, headers, body)));
+    let work = crate::auth::acting_as(user, work);
     let (mut answer, mut notes) = crate::admission::collecting(work).await;
     warn(&mut answer, std::mem::take(&mut notes.warnings));
     if !notes.annotations.is_empty() {
@@ -582,6 +603,16 @@ async fn answer(
     if !served {
         return failure(status::method_not_supported(verb, r.gr()));
     }
+    if let Some(c) = r.custom {
+        if verb == "create" && c.terminating() {
+            let mut s = status::method_not_supported(verb, r.gr());
+            s.message = format!("{verb} not allowed while custom resource definition is terminating");
+            return failure(s);
+        }
+        if let Some(w) = &c.deprecation {
+            crate::admission::warn(w.clone());
+        }
+    }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let shape = match table::negotiate(accept) {
         Ok(s) => s,
@@ -597,12 +628,19 @@ async fn answer(
     };
     let checked = match options {
         Some(o) => Check::of(query, o),
-        None => Ok(Check { validation: Validation::Ignore, dry_run: false, warnings: Vec::new() }),
+        None => Ok(Check { validation: Validation::Ignore, dry_run: false, warnings: Vec::new(), force: false }),
     };
     let mut check = match checked {
         Ok(c) => c,
         Err(s) => return failure(s),
     };
+    let applying = verb == "patch" && media_type(headers) == APPLY_PATCH;
+    if let Some(o) = options.filter(|_| matches!(verb, "create" | "update" | "patch")) {
+        if let Err(s) = crate::managers::option_errors(query, o, applying) {
+            return failure(s);
+        }
+    }
+    check.force = applying && is_true(query.get("force"));
     let done = match target {
         Target::Collection { namespace } if verb == "watch" => {
             return crate::watch::serve(api, r, namespace.as_deref(), query, shape).await;
@@ -728,6 +766,16 @@ fn prepare_create(r: &Resource, v: &mut Value) {
             }
         }
         Strategy::Service => crate::services::defaults(v),
+        Strategy::Crd => {
+            crate::crd::validation::defaults(v);
+            let stored: Vec<Value> = crate::crd::validation::storage_version(v).map(Value::from).into_iter().collect();
+            v["status"] = serde_json::json!({"acceptedNames": {"kind": "", "plural": ""}, "storedVersions": stored});
+        }
+        // The status is the status subresource's to write, from the first.
+        Strategy::Custom if r.custom.is_some_and(|c| c.status) => {
+            v.as_object_mut().expect("an object").remove("status");
+        }
+        Strategy::Custom => {}
     }
     if let Some(status) = r.new_status {
         v["status"] = serde_json::from_str(status).expect("a descriptor's status is JSON");
@@ -737,9 +785,15 @@ fn prepare_create(r: &Resource, v: &mut Value) {
     }
 }
 
-/// What `r`'s validation refuses in an object about to be stored (beyond its name).
-fn validate(r: &Resource, v: &Value) -> Vec<FieldError> {
+/// What `r`'s validation refuses in an object about to be stored (beyond its name); `old` is
+/// the object an update replaces.
+fn validate(r: &Resource, v: &Value, old: Option<&Value>) -> Vec<FieldError> {
     match r.strategy {
+        Strategy::Crd => match old {
+            Some(old) => crate::crd::validation::update_errors(old, v),
+            None => crate::crd::validation::errors(v),
+        },
+        Strategy::Custom => crate::crd::errors(r, v, old),
         Strategy::Pod => crate::pods::validate(v),
         Strategy::Workload(w) => crate::workloads::validate(w, v),
         Strategy::Service => crate::services::validate(v),
@@ -791,13 +845,24 @@ fn namespace_of_new(r: &Resource, v: &mut Value, namespace: Option<&str>) -> Res
 
 async fn create(
     api: &Api,
-    r: &Resource,
+    r: &'static Resource,
     namespace: Option<&str>,
     headers: &HeaderMap,
     body: &Bytes,
     check: &mut Check,
 ) -> Answer {
-    let mut v = decode(r, headers, body, check)?;
+    let v = decode(r, headers, body, check)?;
+    create_object(api, r, namespace, v, check).await
+}
+
+/// Creates `v` (decoded, typed) in `namespace`.
+async fn create_object(
+    api: &Api,
+    r: &'static Resource,
+    namespace: Option<&str>,
+    mut v: Value,
+    check: &mut Check,
+) -> Answer {
     namespace_of_new(r, &mut v, namespace)?;
     if meta::get(&v, "name").is_empty() && !meta::get(&v, "generateName").is_empty() {
         let name = meta::generate_name(meta::get(&v, "generateName"));
@@ -821,9 +886,10 @@ async fn create(
         meta::metadata(&mut v).remove(system);
     }
     prepare_create(r, &mut v);
+    let mut v = crate::managers::track(r, "", None, v);
     let mut errors = meta::name_errors(r.names, &v);
     errors.extend(crate::validation::metadata_errors(&v));
-    errors.extend(validate(r, &v));
+    errors.extend(validate(r, &v, None));
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), &name, &errors));
     }
@@ -882,7 +948,7 @@ async fn create(
 
 async fn update(
     api: &Api,
-    r: &Resource,
+    r: &'static Resource,
     at: Named<'_>,
     headers: &HeaderMap,
     body: &Bytes,
@@ -901,9 +967,19 @@ pub(crate) const PATCH_ATTEMPTS: usize = 5;
 /// PATCH: the patch applied to the current object, written as an update of the version it was
 /// applied to (again on a newer version if the object changed meanwhile, unless the patch named
 /// the resourceVersion it applies to).
-async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body: &Bytes, check: &mut Check) -> Answer {
+async fn patch(
+    api: &Api,
+    r: &'static Resource,
+    at: Named<'_>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    check: &mut Check,
+) -> Answer {
+    if media_type(headers) == APPLY_PATCH {
+        return Box::pin(apply_patch(api, r, at, body, check)).await;
+    }
     let Named { namespace, name, .. } = at;
-    let kind = crate::patch::kind_of(media_type(headers))?;
+    let kind = crate::patch::kind_of(media_type(headers), r.custom.is_some())?;
     let root = crate::proto::Node::of(&r.api_version(), r.kind);
     let k = key(api, r, namespace, name);
     let mut attempt = 0;
@@ -922,19 +998,64 @@ async fn patch(api: &Api, r: &Resource, at: Named<'_>, headers: &HeaderMap, body
     }
 }
 
+/// Server-side apply's media type.
+const APPLY_PATCH: &str = "application/apply-patch+yaml";
+
+/// A server-side apply (`crate::managers`): the configuration (YAML or JSON) merged into the
+/// object by its schema, the fields' ownership settled (a conflict is kube's 409 unless
+/// forced), then written as an update of the version it was merged into (again on a newer one
+/// if the object changed meanwhile); an apply to an object that does not exist creates it.
+async fn apply_patch(api: &Api, r: &'static Resource, at: Named<'_>, body: &Bytes, check: &mut Check) -> Answer {
+    let config: Value =
+        serde_yaml_ng::from_slice(body).map_err(|e| status::bad_request(format!("error decoding YAML: {e}")))?;
+    if !config.is_object() {
+        return Err(status::bad_request("error decoding YAML: the configuration is not an object"));
+    }
+    let pinned = !meta::get(&config, "resourceVersion").is_empty();
+    let k = key(api, r, at.namespace, at.name);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let old = match read(api, r, &k, at.name).await {
+            Ok(old) => old,
+            Err(s) if s.code == 404 && at.part == Part::Main => {
+                let v = crate::managers::apply(r, "", None, &config, check.force)?;
+                check.warnings.clear();
+                let mut v = typed(r, v, Vec::new(), check)?;
+                same_object(r, &mut v, at.namespace, at.name)?;
+                return Box::pin(create_object(api, r, at.namespace, v, check)).await;
+            }
+            Err(s) => return Err(s),
+        };
+        let live = shown(r, &old)?;
+        let merged = crate::managers::apply(r, at.part.name(), Some(&live), &config, check.force)?;
+        check.warnings.clear();
+        let mut v = typed(r, merged, Vec::new(), check)?;
+        same_object(r, &mut v, at.namespace, at.name)?;
+        match update_from(api, r, &k, at, v, old, check.dry_run).await {
+            Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
+            done => return done,
+        }
+    }
+}
+
 /// The `scale` subresource of a workload: its `autoscaling/v1` Scale (GET), or a Scale sent
 /// (PUT) or patched (PATCH) whose replicas become the object's, through the object's own update
 /// (so its generation moves and its validation holds); the answer is the Scale after it.
 async fn scale(
     api: &Api,
-    r: &Resource,
+    r: &'static Resource,
     at: Named<'_>,
     verb: &str,
     headers: &HeaderMap,
     body: &Bytes,
     check: &mut Check,
 ) -> Answer {
-    let Strategy::Workload(w) = r.strategy else { return Err(status::no_such_resource()) };
+    let scaled = match (r.strategy, r.custom.and_then(|c| c.scale.as_ref())) {
+        (Strategy::Workload(w), _) => Scaled::Workload(w),
+        (_, Some(paths)) => Scaled::Custom(paths),
+        _ => return Err(status::no_such_resource()),
+    };
     let k = key(api, r, at.namespace, at.name);
     let scale_kind = GroupKind { group: "autoscaling", kind: "Scale" };
     let mut attempt = 0;
@@ -942,13 +1063,13 @@ async fn scale(
         attempt += 1;
         let old = read(api, r, &k, at.name).await?;
         let current = shown(r, &old)?;
-        let now = crate::workloads::scale_of(w, &current);
+        let now = scaled.of(&current);
         let wanted = match verb {
             "get" => return Ok((StatusCode::OK, now)),
             "update" => body_value(headers, body, "autoscaling/v1", "Scale")?,
             _ => {
                 let root = crate::proto::Node::of("autoscaling/v1", "Scale");
-                crate::patch::apply(crate::patch::kind_of(media_type(headers))?, root, &now, body)?
+                crate::patch::apply(crate::patch::kind_of(media_type(headers), false)?, root, &now, body)?
             }
         };
         let given = |f: &str| wanted.get(f).and_then(Value::as_str).unwrap_or("").to_string();
@@ -968,12 +1089,38 @@ async fn scale(
         let rv = meta::get(&wanted, "resourceVersion").to_string();
         let pinned = !rv.is_empty() && rv != old.rev.to_string();
         let mut v = current;
-        v["spec"]["replicas"] = wanted.pointer("/spec/replicas").cloned().unwrap_or(Value::from(0));
+        scaled.set(&mut v, wanted.pointer("/spec/replicas").cloned().unwrap_or(Value::from(0)));
         meta::set(&mut v, "resourceVersion", &rv);
         let at = Named { part: Part::Scale, ..at };
         match update_from(api, r, &k, at, v, old, check.dry_run).await {
             Err(s) if s.reason == "Conflict" && !pinned && verb == "patch" && attempt < PATCH_ATTEMPTS => continue,
-            done => return done.map(|(code, obj)| (code, crate::workloads::scale_of(w, &obj))),
+            done => return done.map(|(code, obj)| (code, scaled.of(&obj))),
+        }
+    }
+}
+
+/// What a `scale` subresource scales: a built-in workload, or a custom resource by the paths
+/// its definition names.
+#[derive(Clone, Copy)]
+enum Scaled {
+    Workload(Workload),
+    Custom(&'static crate::crd::ScalePaths),
+}
+
+impl Scaled {
+    /// The object's `autoscaling/v1` Scale.
+    fn of(self, v: &Value) -> Value {
+        match self {
+            Scaled::Workload(w) => crate::workloads::scale_of(w, v),
+            Scaled::Custom(paths) => crate::crd::scale_of(paths, v),
+        }
+    }
+
+    /// Sets the object's desired replicas.
+    fn set(self, v: &mut Value, replicas: Value) {
+        match self {
+            Scaled::Workload(_) => v["spec"]["replicas"] = replicas,
+            Scaled::Custom(paths) => crate::crd::set_path(v, &paths.spec_replicas, replicas),
         }
     }
 }
@@ -990,7 +1137,7 @@ fn same_object(r: &Resource, v: &mut Value, namespace: Option<&str>, name: &str)
     namespace_of_new(r, v, namespace)
 }
 
-async fn update_object(api: &Api, r: &Resource, at: Named<'_>, mut v: Value, dry_run: bool) -> Answer {
+async fn update_object(api: &Api, r: &'static Resource, at: Named<'_>, mut v: Value, dry_run: bool) -> Answer {
     same_object(r, &mut v, at.namespace, at.name)?;
     let k = key(api, r, at.namespace, at.name);
     let old = read(api, r, &k, at.name).await?;
@@ -1001,7 +1148,7 @@ async fn update_object(api: &Api, r: &Resource, at: Named<'_>, mut v: Value, dry
 /// a client may change.
 async fn update_from(
     api: &Api,
-    r: &Resource,
+    r: &'static Resource,
     k: &str,
     at: Named<'_>,
     mut v: Value,
@@ -1046,8 +1193,15 @@ async fn update_from(
         // A subresource's update: its part of the object, the rest as it was.
         let mut v = part.applied(&old_v, &v);
         crate::admission::mutate(api, &admitted(None, part.name()), &mut v).await?;
+        let v = crate::managers::track(r, part.name(), Some(&old_v), v);
         if v == old_v {
             return Ok((StatusCode::OK, shown(r, &old)?));
+        }
+        if r.strategy == Strategy::Custom {
+            let errors = validate(r, &v, Some(&old_v));
+            if !errors.is_empty() {
+                return Err(status::invalid(r.gk(), name, &errors));
+            }
         }
         crate::admission::validate(api, &admitted(Some(&v), part.name())).await?;
         return write_or_remove(api, r, k, name, v, &old, dry_run).await;
@@ -1109,13 +1263,26 @@ async fn update_from(
             crate::validation::defaults(r.group, r.kind, &mut v);
             errors.extend(crate::validation::update_errors(r.group, r.kind, &old_v, &v))
         }
-        Strategy::Namespace | Strategy::Role(_) | Strategy::Review => {}
+        Strategy::Crd => {
+            crate::crd::validation::defaults(&mut v);
+            // The storage version is recorded as one objects may be stored in.
+            if let Some(sv) = crate::crd::validation::storage_version(&v).map(str::to_string) {
+                let stored = v["status"]["storedVersions"].as_array().cloned().unwrap_or_default();
+                if !stored.iter().any(|s| *s == sv) {
+                    let mut stored = stored;
+                    stored.push(Value::String(sv));
+                    v["status"]["storedVersions"] = Value::Array(stored);
+                }
+            }
+        }
+        Strategy::Namespace | Strategy::Role(_) | Strategy::Review | Strategy::Custom => {}
     }
     generation(r, &old_v, &mut v);
+    let mut v = crate::managers::track(r, part.name(), Some(&old_v), v);
     errors.extend(crate::deletion::finalizer_errors(&old_v, &v));
     errors.extend(meta::name_errors(r.names, &v));
     errors.extend(crate::validation::metadata_errors(&v));
-    errors.extend(validate(r, &v));
+    errors.extend(validate(r, &v, Some(&old_v)));
     if !errors.is_empty() {
         return Err(status::invalid(r.gk(), name, &errors));
     }
@@ -1157,6 +1324,19 @@ fn generation(r: &Resource, old: &Value, v: &mut Value) {
         Generation::None => false,
         Generation::Spec => old.get("spec") != v.get("spec"),
         Generation::Webhooks => old.get("webhooks") != v.get("webhooks"),
+        Generation::Content => {
+            let content = |o: &Value| {
+                let mut o = o.clone();
+                if let Value::Object(m) = &mut o {
+                    m.remove("metadata");
+                    if r.subresource("status").is_some() {
+                        m.remove("status");
+                    }
+                }
+                o
+            };
+            content(old) != content(v)
+        }
         Generation::SpecAndAnnotations => {
             old.get("spec") != v.get("spec")
                 || old.pointer("/metadata/annotations") != v.pointer("/metadata/annotations")
@@ -1329,6 +1509,30 @@ async fn delete_once(api: &Api, r: &Resource, at: (Option<&str>, &str), dry_run:
         meta::set(&mut v, "deletionTimestamp", &meta::now());
         meta::metadata(&mut v).insert("deletionGracePeriodSeconds".into(), Value::from(0));
         v["status"] = serde_json::json!({"phase": "Terminating"});
+        return write_over(api, r, &k, name, v, current.rev, dry_run).await;
+    }
+    // A definition is marked Terminating and kept, with the finalizer that removes its objects
+    // first (kube's CRD storage), the first time it is deleted.
+    if r.strategy == Strategy::Crd && meta::get(&v, "deletionTimestamp").is_empty() {
+        meta::set(&mut v, "deletionTimestamp", &meta::now());
+        meta::metadata(&mut v).insert("deletionGracePeriodSeconds".into(), Value::from(0));
+        let finalizers = meta::metadata(&mut v).entry("finalizers").or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(f) = finalizers {
+            if !f.iter().any(|x| x == crate::crd::CLEANUP_FINALIZER) {
+                f.push(Value::from(crate::crd::CLEANUP_FINALIZER));
+            }
+        }
+        let status = v.as_object_mut().expect("an object").entry("status").or_insert_with(|| serde_json::json!({}));
+        crate::crd::set_condition(
+            status,
+            serde_json::json!({
+                "type": "Terminating",
+                "status": "True",
+                "lastTransitionTime": meta::now(),
+                "reason": "InstanceDeletionPending",
+                "message": "CustomResourceDefinition marked for deletion; instance deletion will begin soon",
+            }),
+        );
         return write_over(api, r, &k, name, v, current.rev, dry_run).await;
     }
     // A graceful deletion, or finalizers, keep the object (marked) for now.
@@ -1522,7 +1726,8 @@ pub async fn list_from_store(
 /// A list of `r` as kube encodes it.
 pub(crate) fn list_of(r: &Resource, metadata: Map<String, Value>, items: Vec<Value>) -> Value {
     let mut list = Map::new();
-    list.insert("kind".into(), Value::String(format!("{}List", r.kind)));
+    let kind = r.custom.map_or_else(|| format!("{}List", r.kind), |c| c.list_kind.to_string());
+    list.insert("kind".into(), Value::String(kind));
     list.insert("apiVersion".into(), Value::String(r.api_version()));
     list.insert("metadata".into(), Value::Object(metadata));
     list.insert("items".into(), Value::Array(items));
@@ -1611,13 +1816,13 @@ async fn keep(api: &Api, plural: &str, namespace: Option<&str>, object: Value, u
                     .map(|(k, x)| (k.clone(), x.clone())),
             );
         }
-        let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
+        let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new(), force: false };
         let v = typed(r, v, Vec::new(), &mut check)?;
         let at = Named { namespace, name: &name, part: Part::Main };
         return update_object(api, r, at, v, false).await.map(|_| ());
     }
     let body = Bytes::from(serde_json::to_vec(&object).expect("a body"));
-    let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
+    let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new(), force: false };
     match create(api, r, namespace, &HeaderMap::new(), &body, &mut check).await {
         Ok(_) => Ok(()),
         Err(s) if s.reason == "AlreadyExists" => Ok(()),
@@ -1642,7 +1847,7 @@ mod tests {
         .map(String::from)
         .to_vec();
         let r = crate::resources::find("apps", "v1", "deployments").unwrap();
-        let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new() };
+        let mut check = Check { validation: Validation::Strict, dry_run: false, warnings: Vec::new(), force: false };
         let err = check.strict(r, unknown, keys(body)).unwrap_err();
         assert_eq!(
             err.message,

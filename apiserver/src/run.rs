@@ -711,6 +711,7 @@ pub async fn start(flags: &Flags) -> Result<Running> {
         proxies: Default::default(),
         auth: Arc::new(auth),
         admission: Arc::new(admission),
+        crds: Default::default(),
     };
 
     let audit = match (&flags.audit_policy_file, &flags.audit_log_path) {
@@ -769,6 +770,7 @@ pub async fn start(flags: &Flags) -> Result<Running> {
     crate::auth::bootstrap::ensure(&api)
         .await
         .map_err(|s| anyhow::anyhow!("keeping the default RBAC policy: {}", s.message))?;
+    tasks.extend(crate::crd::start(&api).await);
     let settings =
         crate::control::Settings { node_monitor_grace_period: flags.node_monitor_grace_period, signer: Some(signer) };
     tasks.extend(crate::control::start(&api, controllers, settings));

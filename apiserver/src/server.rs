@@ -180,13 +180,13 @@ fn pretty(value: &impl serde::Serialize) -> http::Response<Body> {
 }
 
 /// Aggregated discovery, with the headers kube sends with it.
-fn aggregated(core: bool) -> http::Response<Body> {
+fn aggregated(all: &[&'static resources::Resource], core: bool) -> http::Response<Body> {
     http::Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, discovery::AGGREGATED)
         .header(header::VARY, "Accept")
         .header(header::CACHE_CONTROL, "public")
-        .body(Body::from(status::go_json(&discovery::aggregated(core))))
+        .body(Body::from(status::go_json(&discovery::aggregated(all, core))))
         .expect("a response")
 }
 
@@ -216,24 +216,26 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
     match segs.as_slice() {
         ["api"] if read => {
             return if discovery::wants_aggregated(accept) {
-                aggregated(true)
+                aggregated(&s.api.served(), true)
             } else {
                 doc(&discovery::api(&s.address), "application/json")
             };
         }
         ["apis"] if read => {
             return if discovery::wants_aggregated(accept) {
-                aggregated(false)
+                aggregated(&s.api.served(), false)
             } else {
-                doc(&discovery::api_groups(), "application/json")
+                doc(&discovery::api_groups(&s.api.served()), "application/json")
             };
         }
-        ["openapi", "v3"] if read => return doc(&crate::openapi::index(), "application/json"),
-        ["openapi", "v3", "api", v] if read => return found(crate::openapi::document("", v)),
-        ["openapi", "v3", "apis", g, v] if read => return found(crate::openapi::document(g, v)),
-        ["api", "v1"] if read => return found(discovery::resource_list("", "v1")),
-        ["apis", g] if read => return found(discovery::api_group(g)),
-        ["apis", g, v] if read => return found(discovery::resource_list(g, v)),
+        ["openapi", "v3"] if read => return doc(&crate::openapi::index(&s.api.served()), "application/json"),
+        ["openapi", "v3", "api", v] if read => return found(crate::openapi::document(&s.api.served(), "", v)),
+        ["openapi", "v3", "apis", g, v] if read => {
+            return found(crate::openapi::document(&s.api.served(), g, v));
+        }
+        ["api", "v1"] if read => return found(discovery::resource_list(&s.api.served(), "", "v1")),
+        ["apis", g] if read => return found(discovery::api_group(&s.api.served(), g)),
+        ["apis", g, v] if read => return found(discovery::resource_list(&s.api.served(), g, v)),
         _ => {}
     }
     // A node's proxy path reaches the simulated node (its kube-proxy's table) in process.
@@ -257,7 +259,7 @@ async fn dispatch(State(s): State<Arc<Shared>>, req: Request) -> http::Response<
         ["watch", tail @ ..] => (tail, true),
         _ => (rest, false),
     };
-    let Some((resource, target)) = route(group, version, rest) else {
+    let Some((resource, target)) = route(&|plural| s.api.find(group, version, plural), rest) else {
         return rest::failure(status::no_such_resource());
     };
 
@@ -295,8 +297,10 @@ fn found<T: serde::Serialize>(d: Option<T>) -> http::Response<Body> {
 /// The resource and target of a path under a group-version: `<plural>`, `<plural>/<name>`,
 /// `namespaces/<ns>/<plural>`, `namespaces/<ns>/<plural>/<name>`, and a served subresource
 /// after an object's name.
-fn route(group: &str, version: &str, rest: &[&str]) -> Option<(&'static resources::Resource, Target)> {
-    let find = |plural: &str| resources::find(group, version, plural);
+fn route(
+    find: &dyn Fn(&str) -> Option<&'static resources::Resource>,
+    rest: &[&str],
+) -> Option<(&'static resources::Resource, Target)> {
     let object = |r: &'static resources::Resource, namespace: Option<String>, tail: &[&str]| match tail {
         [name] => Some((r, Target::Object { namespace, name: name.to_string(), sub: None })),
         [name, sub] => {
@@ -336,7 +340,7 @@ mod tests {
 
     #[test]
     fn paths_route_as_kube_routes_them() {
-        let r = |p: &[&str]| route("", "v1", p).map(|(r, t)| (r.plural, t));
+        let r = |p: &[&str]| route(&|plural| resources::find("", "v1", plural), p).map(|(r, t)| (r.plural, t));
         let ns = |n: &str| Some(n.to_string());
         assert_eq!(r(&["configmaps"]), Some(("configmaps", Target::Collection { namespace: None })));
         assert_eq!(

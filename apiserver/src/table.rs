@@ -147,6 +147,9 @@ fn columns(r: &Resource) -> Vec<Column> {
     let name = column("Name", "string", "name", NAME_DOC);
     let age = column("Age", "string", "", AGE_DOC);
     let wide = |c: Column| Column { priority: 1, ..c };
+    if let Some(c) = r.custom {
+        return custom_columns(c, name);
+    }
     match (r.strategy, r.kind) {
         (Strategy::Namespace, _) => vec![name, column("Status", "string", "", "The status of the namespace"), age],
         (Strategy::Secret, _) => {
@@ -189,6 +192,7 @@ fn cells(r: &Resource, obj: &Value) -> Vec<Value> {
         Value::from(n + binary)
     };
     match (r.strategy, r.kind) {
+        _ if r.custom.is_some() => custom_cells(r.custom.expect("a custom resource"), obj, name),
         (Strategy::Namespace, _) => vec![name, obj.pointer("/status/phase").cloned().unwrap_or(Value::from("")), age],
         (Strategy::Pod, _) => crate::pods::cells(obj, name, age, |t| age_secs(t).map(human_duration)),
         (Strategy::Secret, _) => {
@@ -205,6 +209,52 @@ fn cells(r: &Resource, obj: &Value) -> Vec<Value> {
             None => vec![name, Value::String(created.into())],
         },
     }
+}
+
+/// A custom resource's columns (kube's CRD table convertor): Name, then the definition's
+/// `additionalPrinterColumns`, or an Age column when it gives none.
+fn custom_columns(c: &'static crate::crd::Custom, name: Column) -> Vec<Column> {
+    if c.columns.is_empty() {
+        return vec![name, column("Age", "date", "", AGE_DOC)];
+    }
+    let mut out = vec![name];
+    out.extend(c.columns.iter().map(|col| Column {
+        name: &col.name,
+        ty: &col.kind,
+        format: &col.format,
+        description: &col.description,
+        priority: i32::try_from(col.priority).unwrap_or(0),
+    }));
+    out
+}
+
+/// A custom object's row: each column's JSON path's first result as its type has it (`date`s
+/// as ages), null where the path finds nothing.
+fn custom_cells(c: &crate::crd::Custom, obj: &Value, name: Value) -> Vec<Value> {
+    let date = |v: Option<Value>| match v {
+        Some(Value::String(t)) => Value::String(age_secs(&t).map(human_duration).unwrap_or_else(|| "<invalid>".into())),
+        _ => Value::Null,
+    };
+    if c.columns.is_empty() {
+        return vec![name, date(obj.pointer("/metadata/creationTimestamp").cloned())];
+    }
+    let mut out = vec![name];
+    for col in &c.columns {
+        let found = crate::crd::json_path(obj, &col.json_path);
+        out.push(match (col.kind.as_str(), found) {
+            (_, None | Some(Value::Null)) => Value::Null,
+            ("date", v) => date(v),
+            ("integer", Some(Value::Number(n))) => {
+                n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)).map_or(Value::Null, Value::from)
+            }
+            ("number", Some(Value::Number(n))) => n.as_f64().map_or(Value::Null, Value::from),
+            ("boolean", Some(Value::Bool(b))) => Value::Bool(b),
+            ("string", Some(Value::String(t))) => Value::String(t),
+            ("string", Some(other)) => Value::String(other.to_string()),
+            _ => Value::Null,
+        });
+    }
+    out
 }
 
 /// An object's metadata as a PartialObjectMetadata of `meta.k8s.io/<version>`.

@@ -22,7 +22,7 @@ const VARIABLES: [&str; 7] = ["object", "oldObject", "request", "params", "names
 /// kube's CEL environment as far as the `cel` crate carries it: the standard library, optional
 /// values, the strings and lists extensions; a map literal repeating a key keeps its last
 /// value, as cel-go does.
-static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
+pub(crate) static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
     let mut env = cel::Env::stdlib();
     let _ = env.add_extension(cel::extensions::strings);
     let _ = env.add_extension(cel::extensions::lists);
@@ -39,7 +39,7 @@ const KEPT_PROGRAMS: usize = 4096;
 
 /// `source` compiled, or kube's `compilation failed: …` words for why not (with the
 /// variables it names that are not declared).
-fn compile(source: &str, declared: &[&str]) -> Result<Arc<cel::Program>, String> {
+pub(crate) fn compile(source: &str, declared: &[&str]) -> Result<Arc<cel::Program>, String> {
     let kept = PROGRAMS.lock().get(source).cloned();
     let program = match kept {
         Some(p) => p,
@@ -65,7 +65,7 @@ fn compile(source: &str, declared: &[&str]) -> Result<Arc<cel::Program>, String>
 
 /// The variables `e` names that are not bound inside it (a macro's iteration and accumulator
 /// variables are), each once, in the order they come.
-fn free_variables(e: &cel::IdedExpr, bound: &mut Vec<String>, out: &mut Vec<String>) {
+pub(crate) fn free_variables(e: &cel::IdedExpr, bound: &mut Vec<String>, out: &mut Vec<String>) {
     use cel::common::ast::{EntryExpr, Expr};
     let entries = |entries: &[cel::common::ast::IdedEntryExpr], bound: &mut Vec<String>, out: &mut Vec<String>| {
         for entry in entries {
@@ -343,9 +343,8 @@ fn params(
     let api_version = kind.api_version.as_deref().unwrap_or("");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let kind_name = kind.kind.as_deref().unwrap_or("");
-    let Some(r) =
-        crate::resources::RESOURCES.iter().find(|r| r.group == group && r.version == version && r.kind == kind_name)
-    else {
+    let served = api.served();
+    let Some(r) = served.into_iter().find(|r| r.group == group && r.version == version && r.kind == kind_name) else {
         return Err(format!("failed to find resource referenced by paramKind: '{api_version}, Kind={kind_name}'"));
     };
     let namespace = match (r.namespaced, pref.namespace.as_deref()) {

@@ -598,9 +598,24 @@ impl Cache {
     }
 }
 
-/// Every resource's cache, by its place in `resources::RESOURCES`.
+/// Every resource's cache, by group, version and plural: the built-in resources' made at start,
+/// a custom resource's added when its definition is served and removed when it no longer is.
 #[derive(Clone, Default)]
-pub struct Caches(Arc<HashMap<(&'static str, &'static str), Arc<Cache>>>);
+pub struct Caches(Arc<CachesInner>);
+
+#[derive(Default)]
+struct CachesInner {
+    /// Where reflectors read (None only in tests and benches that fill caches by hand).
+    source: Option<(Storage, String, bool)>,
+    held: parking_lot::RwLock<HashMap<(&'static str, &'static str, &'static str), Held>>,
+}
+
+/// A cache and the task of its reflector (None for the built-ins', which live as long as the
+/// process and are awaited by its owner).
+struct Held {
+    cache: Arc<Cache>,
+    reflector: Option<tokio::task::AbortHandle>,
+}
 
 impl Caches {
     /// A cache for each resource of the table, fed from `storage` by a reflector each; the
@@ -612,25 +627,65 @@ impl Caches {
             let within = crate::storage::keys::collection(prefix, &r.key_prefix(), None);
             let cache = Arc::new(Cache::new(r, within, consistent));
             tasks.push(tokio::spawn(reflector::run(cache.clone(), storage.clone())));
-            caches.insert((r.group, r.plural), cache);
+            caches.insert((r.group, r.version, r.plural), Held { cache, reflector: None });
         }
-        (Caches(Arc::new(caches)), tasks)
+        let inner = CachesInner {
+            source: Some((storage.clone(), prefix.to_string(), consistent)),
+            held: parking_lot::RwLock::new(caches),
+        };
+        (Caches(Arc::new(inner)), tasks)
     }
 
-    pub fn of(&self, r: &Resource) -> Option<&Arc<Cache>> {
-        self.0.get(&(r.group, r.plural))
+    pub fn of(&self, r: &Resource) -> Option<Arc<Cache>> {
+        self.0.held.read().get(&(r.group, r.version, r.plural)).map(|h| h.cache.clone())
+    }
+
+    /// Starts a cache for `r` (a custom resource's version) unless one with its names is held;
+    /// whether one was started.
+    pub fn add(&self, r: &'static Resource) -> bool {
+        let Some((storage, prefix, consistent)) = &self.0.source else { return false };
+        let mut held = self.0.held.write();
+        let k = (r.group, r.version, r.plural);
+        if held.get(&k).is_some_and(|h| h.cache.r.kind == r.kind && h.cache.r.namespaced == r.namespaced) {
+            return false;
+        }
+        let within = crate::storage::keys::collection(prefix, &r.key_prefix(), None);
+        let cache = Arc::new(Cache::new(r, within, *consistent));
+        let task = tokio::spawn(reflector::run(cache.clone(), storage.clone()));
+        if let Some(old) = held.insert(k, Held { cache, reflector: Some(task.abort_handle()) }) {
+            old.stop();
+        }
+        true
+    }
+
+    /// Stops and drops the cache of `r`'s group, version and plural (a custom resource's version
+    /// no longer served): its reflector ends and its watchers are closed.
+    pub fn remove(&self, r: &Resource) {
+        if let Some(old) = self.0.held.write().remove(&(r.group, r.version, r.plural)) {
+            old.stop();
+        }
     }
 
     /// Waits until every cache holds a listed state, at most `wait`; whether they do.
     pub async fn ready(&self, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
-        for c in self.0.values() {
+        let all: Vec<Arc<Cache>> = self.0.held.read().values().map(|h| h.cache.clone()).collect();
+        for c in all {
             let left = deadline.saturating_duration_since(Instant::now());
             if !c.wait_for(0, left).await {
                 return false;
             }
         }
         true
+    }
+}
+
+impl Held {
+    fn stop(self) {
+        if let Some(task) = self.reflector {
+            task.abort();
+        }
+        self.cache.state.lock().watchers.close_all();
     }
 }
 

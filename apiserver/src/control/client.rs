@@ -61,7 +61,7 @@ impl Client {
     }
 
     /// The watch cache of `r`.
-    pub fn cache(&self, r: &Resource) -> &Arc<Cache> {
+    pub fn cache(&self, r: &Resource) -> Arc<Cache> {
         self.api.caches.of(r).expect("every resource of the table has a cache")
     }
 
@@ -86,7 +86,7 @@ impl Client {
     ) -> Result<Value, Failure> {
         let mut headers = HeaderMap::new();
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        if let Ok(ua) = HeaderValue::from_str(&format!("keel-apiserver ({})", self.user.name)) {
+        if let Ok(ua) = HeaderValue::from_str(&user_agent(&self.user.name)) {
             headers.insert(header::USER_AGENT, ua);
         }
         let body = match body {
@@ -197,6 +197,20 @@ impl Client {
         let target = Self::object(namespace, name, Some(sub));
         self.call(r, Method::POST, target, &[], Some(("application/json", json_body(body)))).await
     }
+}
+
+/// The User-Agent of a control-plane component writing as `user`, in the form kube's binaries
+/// send (`kube-controller-manager/v1.33.0 (linux/amd64) kubernetes/keel/<user>`), whose first
+/// part names the field manager of its writes, as it does in kube.
+fn user_agent(user: &str) -> String {
+    let binary = match user {
+        u if u.starts_with("system:node:") => "kubelet",
+        "system:kube-scheduler" => "kube-scheduler",
+        "system:apiserver" => "kube-apiserver",
+        _ => "kube-controller-manager",
+    };
+    let arch = if cfg!(target_arch = "x86_64") { "amd64" } else { std::env::consts::ARCH };
+    format!("{binary}/{} ({}/{arch}) kubernetes/keel/{user}", crate::discovery::GIT_VERSION, std::env::consts::OS)
 }
 
 fn json_body<T: Serialize>(v: &T) -> Vec<u8> {

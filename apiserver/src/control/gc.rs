@@ -18,7 +18,7 @@ use super::informer::{self, Change};
 use super::{Failure, Queue};
 use crate::deletion::{FOREGROUND, ORPHAN};
 use crate::meta;
-use crate::resources::{Resource, RESOURCES};
+use crate::resources::Resource;
 use crate::rest::{Selectors, Target};
 
 #[derive(Clone, Debug)]
@@ -86,25 +86,36 @@ struct Collector {
 }
 
 /// The resources the collector watches: each key space once, events left out (they expire).
-fn watched() -> Vec<&'static Resource> {
+fn watched(served: Vec<&'static Resource>) -> Vec<&'static Resource> {
     let mut seen = HashSet::new();
-    RESOURCES.iter().filter(|r| r.stored() && r.plural != "events" && seen.insert(r.key_prefix())).collect()
+    served.into_iter().filter(|r| r.stored() && r.plural != "events" && seen.insert(r.key_prefix())).collect()
 }
+
+/// How often the collector looks for custom resources served since it last looked (kube's
+/// collector re-reads discovery periodically for the same reason).
+const DISCOVERY_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn run(client: Client) {
     let c = Arc::new(Collector { client, graph: Mutex::default(), queue: Queue::new() });
-    let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
-    for r in watched() {
-        let me = c.clone();
-        let cache = c.client.cache(r).clone();
-        tasks.push(Box::pin(informer::run(cache, Selectors::everything(), move |ch| me.changed(r, ch))));
-    }
+    let mut tasks = tokio::task::JoinSet::new();
     let me = c.clone();
-    tasks.push(Box::pin(c.queue.clone().work("garbage-collector-controller", 5, move |uid| {
+    tasks.spawn(c.queue.clone().work("garbage-collector-controller", 5, move |uid| {
         let me = me.clone();
         async move { me.process(&uid).await }
-    })));
-    super::together(tasks).await;
+    }));
+    // An informer for each resource served, custom resources joining as they are served.
+    let mut informed: HashSet<(&'static str, &'static str, &'static str)> = HashSet::new();
+    loop {
+        for r in watched(c.client.api.served()) {
+            let Some(cache) = c.client.api.caches.of(r) else { continue };
+            if !informed.insert((r.group, r.version, r.plural)) {
+                continue;
+            }
+            let me = c.clone();
+            tasks.spawn(informer::run(cache, Selectors::everything(), move |ch| me.changed(r, ch)));
+        }
+        tokio::time::sleep(DISCOVERY_PERIOD).await;
+    }
 }
 
 fn item_of(r: &'static Resource, v: &Value) -> Item {
@@ -143,13 +154,14 @@ fn item_of(r: &'static Resource, v: &Value) -> Item {
     }
 }
 
-/// The served resource of an owner reference's apiVersion and kind.
-fn resource_of(api_version: &str, kind: &str) -> Option<&'static Resource> {
+/// The served resource (of `served`) of an owner reference's apiVersion and kind.
+fn resource_of(served: &[&'static Resource], api_version: &str, kind: &str) -> Option<&'static Resource> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    RESOURCES
+    served
         .iter()
         .find(|r| r.group == group && r.version == version && r.kind == kind)
-        .or_else(|| RESOURCES.iter().find(|r| r.group == group && r.kind == kind))
+        .or_else(|| served.iter().find(|r| r.group == group && r.kind == kind))
+        .copied()
 }
 
 impl Collector {
@@ -186,7 +198,7 @@ impl Collector {
         if self.graph.lock().items.contains_key(&o.uid) {
             return Ok(false);
         }
-        let Some(r) = resource_of(&o.api_version, &o.kind) else { return Ok(true) };
+        let Some(r) = resource_of(&self.client.api.served(), &o.api_version, &o.kind) else { return Ok(true) };
         let namespace = if r.namespaced { dependent.namespace.clone() } else { None };
         let target = Target::Object { namespace, name: o.name.clone(), sub: None };
         match self.client.call(r, http::Method::GET, target, &[], None).await {
@@ -287,13 +299,15 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::RESOURCES;
 
     #[test]
     fn owners_resolve_to_served_resources_and_key_spaces_are_watched_once() {
-        assert_eq!(resource_of("apps/v1", "ReplicaSet").map(|r| r.plural), Some("replicasets"));
-        assert_eq!(resource_of("v1", "Node").map(|r| r.plural), Some("nodes"));
-        assert!(resource_of("example.com/v1", "Thing").is_none());
-        let w = watched();
+        let served: Vec<&'static Resource> = RESOURCES.iter().collect();
+        assert_eq!(resource_of(&served, "apps/v1", "ReplicaSet").map(|r| r.plural), Some("replicasets"));
+        assert_eq!(resource_of(&served, "v1", "Node").map(|r| r.plural), Some("nodes"));
+        assert!(resource_of(&served, "example.com/v1", "Thing").is_none());
+        let w = watched(served);
         assert!(w.iter().any(|r| r.plural == "pods") && !w.iter().any(|r| r.plural == "events"));
         let mut prefixes: Vec<String> = w.iter().map(|r| r.key_prefix()).collect();
         let n = prefixes.len();
@@ -303,7 +317,7 @@ mod tests {
 
     #[test]
     fn the_graph_tracks_dependents_by_owner() {
-        let r = resource_of("v1", "Pod").unwrap();
+        let r = RESOURCES.iter().find(|r| r.kind == "Pod").unwrap();
         let mut g = Graph::default();
         let pod = json!({"metadata": {"name": "p", "namespace": "d", "uid": "p1",
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs1", "blockOwnerDeletion": true}]}});

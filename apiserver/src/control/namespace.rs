@@ -13,13 +13,13 @@ use super::client::{resource, Client};
 use super::informer::{self, key_of};
 use super::{Failure, Queue};
 use crate::meta;
-use crate::resources::{Resource, RESOURCES};
+use crate::resources::Resource;
 use crate::rest::{Selectors, Target};
 
-/// Every namespaced resource, each key space once.
-fn namespaced() -> Vec<&'static Resource> {
+/// Every namespaced resource served now (custom ones included), each key space once.
+fn namespaced(api: &crate::rest::Api) -> Vec<&'static Resource> {
     let mut seen = HashSet::new();
-    RESOURCES.iter().filter(|r| r.stored() && r.namespaced && seen.insert(r.key_prefix())).collect()
+    api.served().into_iter().filter(|r| r.stored() && r.namespaced && seen.insert(r.key_prefix())).collect()
 }
 
 pub async fn run(client: Client) {
@@ -48,7 +48,7 @@ async fn sync(client: &Client, queue: &Queue, name: &str) -> Result<(), Failure>
     }
     let mut remaining: Vec<(String, usize)> = Vec::new();
     let mut finalizers_left: Vec<String> = Vec::new();
-    for r in namespaced() {
+    for r in namespaced(&client.api) {
         let mut objects = client.cached_list(r, Some(name));
         if objects.is_empty() {
             continue;

@@ -298,7 +298,8 @@ pub struct DocumentStatus {
 async fn kube_rs_derived_custom_resources() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let dir = tempfile::tempdir().unwrap();
-    let (_running, client) = common::apiserver(dir.path(), &[]).await;
+    let gc = ["--controllers=garbage-collector-controller".to_string()];
+    let (_running, client) = common::apiserver(dir.path(), &gc).await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let made = crds.create(&PostParams::default(), &Document::crd()).await.unwrap();
     let uid = made.metadata.uid.clone().unwrap();
@@ -319,6 +320,25 @@ async fn kube_rs_derived_custom_resources() {
     assert!(got.status.unwrap().published);
     let listed = docs.list(&Default::default()).await.unwrap();
     assert_eq!(listed.items.len(), 1);
+
+    // The garbage collector follows owner references to custom objects.
+    let temp = docs
+        .create(&PostParams::default(), &Document::new("temp", DocumentSpec { title: "t".into(), pages: 1 }))
+        .await
+        .unwrap();
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owned = serde_json::from_value(json!({"metadata": {"name": "owned", "ownerReferences": [{
+        "apiVersion": "kube.rs/v1", "kind": "Document", "name": "temp", "uid": temp.metadata.uid.clone().unwrap()}]}}))
+    .unwrap();
+    maps.create(&PostParams::default(), &owned).await.unwrap();
+    docs.delete("temp", &DeleteParams::default()).await.unwrap();
+    eventually("the owned ConfigMap is collected", || async {
+        match maps.get_opt("owned").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 
     // Deleting the definition takes its documents with it.
     crds.delete("documents.kube.rs", &DeleteParams::default()).await.unwrap();

@@ -93,7 +93,9 @@ fn manager() -> String {
     WRITER.try_with(|w| w.manager.clone()).unwrap_or_default()
 }
 
-fn applied() -> bool {
+/// Whether the request's object was settled by a server-side apply (its managed fields are
+/// the apply's).
+pub(crate) fn applied() -> bool {
     WRITER.try_with(|w| w.applied.load(Ordering::Relaxed)).unwrap_or(false)
 }
 

@@ -1191,7 +1191,13 @@ async fn update_from(
     };
     if matches!(part, Part::Status | Part::Finalizers) {
         // A subresource's update: its part of the object, the rest as it was.
-        let mut v = part.applied(&old_v, &v);
+        let mut applied = part.applied(&old_v, &v);
+        if crate::managers::applied() {
+            // A server-side apply of the subresource settled its managed fields already.
+            let managed = v.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null);
+            meta::metadata(&mut applied).insert("managedFields".into(), managed);
+        }
+        let mut v = applied;
         crate::admission::mutate(api, &admitted(None, part.name()), &mut v).await?;
         let v = crate::managers::track(r, part.name(), Some(&old_v), v);
         if v == old_v {

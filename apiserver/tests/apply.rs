@@ -124,6 +124,26 @@ async fn server_side_apply_through_kubectl() {
     // kubectl scale names no manager: it is the User-Agent's first part (this kubectl's binary name).
     assert!(err.contains("with subresource \"scale\" using apps/v1: .spec.replicas"), "{err}");
 
+    // An apply of the status subresource owns the status only, under its own entry.
+    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+        "status": {"observedGeneration": 1}});
+    k.ok(&[
+        "apply",
+        "--server-side",
+        "--subresource=status",
+        "--field-manager=reporter",
+        "-f",
+        &k.file("st.json", status),
+    ])
+    .await;
+    let d = get(&k, &["deployment", "web"]).await;
+    assert_eq!(d["status"]["observedGeneration"], 1);
+    let reporter =
+        d["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == "reporter").cloned();
+    let reporter = reporter.expect("the status applier's entry");
+    assert_eq!((reporter["operation"].as_str(), reporter["subresource"].as_str()), (Some("Apply"), Some("status")));
+    assert_eq!(reporter["fieldsV1"], json!({"f:status": {"f:observedGeneration": {}}}));
+
     // kubectl diff: the server's dry-run apply shows what would change and stores nothing.
     let diff = k
         .run(&[

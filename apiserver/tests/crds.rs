@@ -91,6 +91,16 @@ async fn a_custom_resource_lifecycle_through_kubectl() {
         "{err}"
     );
 
+    // A schema that is not structural (a property without a type), refused as kube refuses it.
+    let mut loose = crontab_crd();
+    loose["spec"]["versions"] = json!([{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema":
+        {"type": "object", "properties": {"spec": {"properties": {"a": {"type": "string"}}}}}}}]);
+    let err = k.fails(&["create", "-f", &k.file("loose-crd.json", loose)]).await;
+    assert!(
+        err.contains("spec.validation.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"),
+        "{err}"
+    );
+
     k.ok(&["create", "-f", &k.file("crd.json", crontab_crd())]).await;
     k.ok(&["wait", "--for=condition=Established", "crd/crontabs.stable.example.com", "--timeout=30s"]).await;
     let crd: Value =

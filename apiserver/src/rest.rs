@@ -768,7 +768,7 @@ fn prepare_create(r: &Resource, v: &mut Value) {
         Strategy::Service => crate::services::defaults(v),
         Strategy::Crd => {
             crate::crd::validation::defaults(v);
-            let stored: Vec<Value> = crate::crd::validation::storage_version(v).map(Value::from).into_iter().collect();
+            let stored = crate::crd::validation::stored_versions(None, v).unwrap_or_default();
             v["status"] = serde_json::json!({"acceptedNames": {"kind": "", "plural": ""}, "storedVersions": stored});
         }
         // The status is the status subresource's to write, from the first.
@@ -964,9 +964,12 @@ const QUOTA_ATTEMPTS: usize = 100;
 /// How often a patch (or a delete) is made again when the object changed under it.
 pub(crate) const PATCH_ATTEMPTS: usize = 5;
 
-/// PATCH: the patch applied to the current object, written as an update of the version it was
-/// applied to (again on a newer version if the object changed meanwhile, unless the patch named
-/// the resourceVersion it applies to).
+/// PATCH: the patch applied to the current object — or, for a server-side apply
+/// (`crate::managers`), the configuration (YAML or JSON) merged into it by its schema and the
+/// fields' ownership settled (a conflict is kube's 409 unless forced) — written as an update of
+/// the version it was applied to (again on a newer version if the object changed meanwhile,
+/// unless the patch named the resourceVersion it applies to). An apply to an object that does
+/// not exist creates it.
 async fn patch(
     api: &Api,
     r: &'static Resource,
@@ -975,23 +978,48 @@ async fn patch(
     body: &Bytes,
     check: &mut Check,
 ) -> Answer {
-    if media_type(headers) == APPLY_PATCH {
-        return Box::pin(apply_patch(api, r, at, body, check)).await;
-    }
     let Named { namespace, name, .. } = at;
-    let kind = crate::patch::kind_of(media_type(headers), r.custom.is_some())?;
+    enum Change {
+        Apply(Value),
+        Patch(crate::patch::Kind),
+    }
+    let change = match media_type(headers) {
+        APPLY_PATCH => {
+            let c: Value = serde_yaml_ng::from_slice(body)
+                .map_err(|e| status::bad_request(format!("error decoding YAML: {e}")))?;
+            if !c.is_object() {
+                return Err(status::bad_request("error decoding YAML: the configuration is not an object"));
+            }
+            Change::Apply(c)
+        }
+        media => Change::Patch(crate::patch::kind_of(media, r.custom.is_some())?),
+    };
     let root = crate::proto::Node::of(&r.api_version(), r.kind);
     let k = key(api, r, namespace, name);
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let old = read(api, r, &k, name).await?;
-        let patched = crate::patch::apply(kind, root, &shown(r, &old)?, body)?;
+        let old = match (read(api, r, &k, name).await, &change) {
+            (Ok(old), _) => old,
+            (Err(s), Change::Apply(config)) if s.code == 404 && at.part == Part::Main => {
+                let v = crate::managers::apply(r, "", None, config, check.force)?;
+                check.warnings.clear();
+                let mut v = typed(r, v, Vec::new(), check)?;
+                same_object(r, &mut v, namespace, name)?;
+                return Box::pin(create_object(api, r, namespace, v, check)).await;
+            }
+            (Err(s), _) => return Err(s),
+        };
+        let live = shown(r, &old)?;
+        let patched = match &change {
+            Change::Apply(config) => crate::managers::apply(r, at.part.name(), Some(&live), config, check.force)?,
+            Change::Patch(kind) => crate::patch::apply(*kind, root, &live, body)?,
+        };
         let pinned = meta::get(&patched, "resourceVersion") != old.rev.to_string();
         check.warnings.clear();
         let mut v = typed(r, patched, Vec::new(), check)?;
         same_object(r, &mut v, namespace, name)?;
-        match update_from(api, r, &k, at, v, old, check.dry_run).await {
+        match Box::pin(update_from(api, r, &k, at, v, old, check.dry_run)).await {
             Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
             done => return done,
         }
@@ -1000,44 +1028,6 @@ async fn patch(
 
 /// Server-side apply's media type.
 const APPLY_PATCH: &str = "application/apply-patch+yaml";
-
-/// A server-side apply (`crate::managers`): the configuration (YAML or JSON) merged into the
-/// object by its schema, the fields' ownership settled (a conflict is kube's 409 unless
-/// forced), then written as an update of the version it was merged into (again on a newer one
-/// if the object changed meanwhile); an apply to an object that does not exist creates it.
-async fn apply_patch(api: &Api, r: &'static Resource, at: Named<'_>, body: &Bytes, check: &mut Check) -> Answer {
-    let config: Value =
-        serde_yaml_ng::from_slice(body).map_err(|e| status::bad_request(format!("error decoding YAML: {e}")))?;
-    if !config.is_object() {
-        return Err(status::bad_request("error decoding YAML: the configuration is not an object"));
-    }
-    let pinned = !meta::get(&config, "resourceVersion").is_empty();
-    let k = key(api, r, at.namespace, at.name);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let old = match read(api, r, &k, at.name).await {
-            Ok(old) => old,
-            Err(s) if s.code == 404 && at.part == Part::Main => {
-                let v = crate::managers::apply(r, "", None, &config, check.force)?;
-                check.warnings.clear();
-                let mut v = typed(r, v, Vec::new(), check)?;
-                same_object(r, &mut v, at.namespace, at.name)?;
-                return Box::pin(create_object(api, r, at.namespace, v, check)).await;
-            }
-            Err(s) => return Err(s),
-        };
-        let live = shown(r, &old)?;
-        let merged = crate::managers::apply(r, at.part.name(), Some(&live), &config, check.force)?;
-        check.warnings.clear();
-        let mut v = typed(r, merged, Vec::new(), check)?;
-        same_object(r, &mut v, at.namespace, at.name)?;
-        match update_from(api, r, &k, at, v, old, check.dry_run).await {
-            Err(s) if s.reason == "Conflict" && !pinned && attempt < PATCH_ATTEMPTS => continue,
-            done => return done,
-        }
-    }
-}
 
 /// The `scale` subresource of a workload: its `autoscaling/v1` Scale (GET), or a Scale sent
 /// (PUT) or patched (PATCH) whose replicas become the object's, through the object's own update
@@ -1272,13 +1262,8 @@ async fn update_from(
         Strategy::Crd => {
             crate::crd::validation::defaults(&mut v);
             // The storage version is recorded as one objects may be stored in.
-            if let Some(sv) = crate::crd::validation::storage_version(&v).map(str::to_string) {
-                let stored = v["status"]["storedVersions"].as_array().cloned().unwrap_or_default();
-                if !stored.iter().any(|s| *s == sv) {
-                    let mut stored = stored;
-                    stored.push(Value::String(sv));
-                    v["status"]["storedVersions"] = Value::Array(stored);
-                }
+            if let Some(stored) = crate::crd::validation::stored_versions(Some(&old_v), &v) {
+                v["status"]["storedVersions"] = serde_json::json!(stored);
             }
         }
         Strategy::Namespace | Strategy::Role(_) | Strategy::Review | Strategy::Custom => {}

@@ -270,34 +270,25 @@ impl Set {
     /// Members of `self` not in `other`, leaf by leaf: a member of `other` does not take away
     /// what lies under it in `self` (SMD's `Difference`).
     pub fn difference(&self, other: &Set) -> Set {
-        let mut children = BTreeMap::new();
-        for (pe, ours) in &self.children {
-            match other.children.get(pe) {
-                Some(theirs) => {
-                    let rest = ours.difference(theirs);
-                    if !rest.is_empty() {
-                        children.insert(pe.clone(), rest);
-                    }
-                }
-                None => {
-                    children.insert(pe.clone(), ours.clone());
-                }
-            }
-        }
-        Set { members: self.members.difference(&other.members).cloned().collect(), children }
+        self.without(other, false)
     }
 
     /// Like [`Set::difference`], but a member of `other` also takes away everything under it
     /// (SMD's `RecursiveDifference`, how reset fields are filtered out).
     pub fn recursive_difference(&self, other: &Set) -> Set {
+        self.without(other, true)
+    }
+
+    /// `self` less `other`; `recursive`: a member of `other` takes its subtree in `self` too.
+    fn without(&self, other: &Set, recursive: bool) -> Set {
         let mut children = BTreeMap::new();
         for (pe, ours) in &self.children {
-            if other.members.contains(pe) {
+            if recursive && other.members.contains(pe) {
                 continue;
             }
             match other.children.get(pe) {
                 Some(theirs) => {
-                    let rest = ours.recursive_difference(theirs);
+                    let rest = ours.without(theirs, recursive);
                     if !rest.is_empty() {
                         children.insert(pe.clone(), rest);
                     }

@@ -722,7 +722,7 @@ fn stored_version_errors(stored: Option<&[String]>, crd: &Value) -> Vec<FieldErr
 
 /// `status.storedVersions` as kube's strategy leaves them: on create the storage version alone,
 /// on update `old`'s list with the storage version added (None: Go's nil list).
-fn stored_versions(old: Option<&Value>, crd: &Value) -> Option<Vec<String>> {
+pub fn stored_versions(old: Option<&Value>, crd: &Value) -> Option<Vec<String>> {
     let old = old.and_then(|o| o.pointer("/status/storedVersions")).and_then(Value::as_array);
     let mut stored: Option<Vec<String>> = old.map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect());
     if let Some(v) = storage_version(crd) {

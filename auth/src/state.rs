@@ -66,6 +66,14 @@ impl User {
     fn has_role(&self, role: &str) -> bool {
         self.roles.binary_search_by(|r| r.as_str().cmp(role)).is_ok()
     }
+
+    /// A user as another copy of the store kept it (an etcd snapshot's `authUsers`); the roles
+    /// are put in this store's order, each once.
+    pub fn from_parts(name: String, password_hash: Option<String>, no_password: bool, mut roles: Vec<String>) -> User {
+        roles.sort();
+        roles.dedup();
+        User { name, password_hash, no_password, roles }
+    }
 }
 
 /// A role: its permissions, ordered by key as etcd keeps them.
@@ -84,6 +92,13 @@ impl Role {
     /// granted in.
     pub fn permissions(&self) -> &[Permission] {
         &self.permissions
+    }
+
+    /// A role as another copy of the store kept it (an etcd snapshot's `authRoles`); the
+    /// permissions are put in key order, equal keys keeping their order.
+    pub fn from_parts(name: String, mut permissions: Vec<Permission>) -> Role {
+        permissions.sort_by(|a, b| a.key.cmp(&b.key));
+        Role { name, permissions }
     }
 }
 
@@ -118,6 +133,31 @@ impl AuthState {
     /// when it creates the store; 0 is reserved for "no credentials").
     pub fn new() -> AuthState {
         AuthState { enabled: false, revision: 1, users: BTreeMap::new(), roles: BTreeMap::new() }
+    }
+
+    /// A state as another copy of the store kept it (an etcd snapshot's auth buckets).
+    pub fn from_parts(
+        enabled: bool,
+        revision: u64,
+        users: impl IntoIterator<Item = User>,
+        roles: impl IntoIterator<Item = Role>,
+    ) -> AuthState {
+        AuthState {
+            enabled,
+            revision,
+            users: users.into_iter().map(|u| (u.name.clone(), u)).collect(),
+            roles: roles.into_iter().map(|r| (r.name.clone(), r)).collect(),
+        }
+    }
+
+    /// Every user, by name.
+    pub fn users(&self) -> impl Iterator<Item = &User> {
+        self.users.values()
+    }
+
+    /// Every role, by name.
+    pub fn roles(&self) -> impl Iterator<Item = &Role> {
+        self.roles.values()
     }
 
     pub fn is_enabled(&self) -> bool {

@@ -10,6 +10,8 @@
 //!   replies, or a log entry's command) through the peer service's decoding; every command an
 //!   AppendEntries carries is applied as a member would, with the same no-change-on-refusal check.
 //!
+//! - [`snapshot_file`]: a snapshot file `keel snapshot restore` reads (etcd's bbolt file or keel's
+//!   older format): a hostile file is refused, never a panic or an unbounded walk.
 //! - [`api_request`]: a request to keel-apiserver (method, path, headers, body) through its whole
 //!   request path in process; a refused request leaves the store as it was (`api`).
 //!
@@ -39,6 +41,7 @@ use keel_store::raft::network::{decode, encode};
 use keel_store::raft::state_machine::dump;
 use keel_store::raft::{Command, Proto, TypeConfig};
 use keel_store::server::validate;
+use keel_store::{bbolt, snapshot};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
@@ -174,6 +177,29 @@ pub fn keys(data: &[u8]) -> bool {
     decoded
 }
 
+/// A snapshot file as `keel snapshot restore` reads it once its hash is checked: etcd's bbolt
+/// file through the bbolt reader and the bucket mapping, or keel's older format. Never a panic,
+/// and nothing read is larger than the file. Whether it read.
+pub fn snapshot_file(data: &[u8]) -> bool {
+    if snapshot::keel::looks_like(data) {
+        return snapshot::keel::decode(data).is_ok();
+    }
+    let Ok(file) = bbolt::File::open(data) else { return false };
+    let read = snapshot::etcd::import(&file, &mut |k, v| {
+        assert!(k.len() + v.len() <= data.len() + 64, "a pair larger than its file");
+        Ok(())
+    });
+    read.is_ok()
+}
+
+fn snapshot_seeds() -> Vec<Vec<u8>> {
+    let mvcc = seeded_store();
+    let etcd = snapshot::etcd::export(&*mvcc.engine_snapshot(), std::io::Cursor::new(Vec::new()))
+        .expect("export the seeded store")
+        .into_inner();
+    vec![etcd, snapshot::keel::encode(&dump(&mvcc).expect("dump the seeded store"))]
+}
+
 /// A peer message: the first byte picks the RPC, the rest is its payload as the peer service
 /// receives it. Whether it decoded.
 pub fn peer_message(data: &[u8]) -> bool {
@@ -215,6 +241,7 @@ pub const TARGETS: &[Target] = &[
     Target { name: "keys", run: keys, seeds: key_seeds },
     Target { name: "peer_message", run: peer_message, seeds: peer_message_seeds },
     Target { name: "api_request", run: api_request, seeds: api::api_request_seeds },
+    Target { name: "snapshot_file", run: snapshot_file, seeds: snapshot_seeds },
 ];
 
 fn tagged(kind: u8, body: Vec<u8>) -> Vec<u8> {

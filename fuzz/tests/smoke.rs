@@ -17,7 +17,8 @@ fn every_target_survives_a_short_run() {
         // Mutations of valid inputs must often still decode, or the run tests only the decoders'
         // first bytes.
         assert!(decoded > 300, "{}: only {decoded} of 3,000 inputs decoded", target.name);
-        if target.name != "keys" {
+        // The key and snapshot-file decoders reach no store.
+        if !["keys", "snapshot_file"].contains(&target.name) {
             assert!(applied > 0, "{}: no input reached the store", target.name);
         }
     }

@@ -109,6 +109,12 @@ impl From<prost::DecodeError> for Error {
     }
 }
 
+impl From<crate::bbolt::Error> for Error {
+    fn from(e: crate::bbolt::Error) -> Self {
+        Error::Corrupt(e.to_string())
+    }
+}
+
 impl From<bincode::Error> for Error {
     fn from(e: bincode::Error) -> Self {
         Error::Corrupt(e.to_string())

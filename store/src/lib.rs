@@ -29,11 +29,13 @@
 //!    gRPC counters and the member's task list.
 
 pub mod auth;
+pub mod bbolt;
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod lessor;
 pub mod membership;
+pub mod migrate;
 pub mod mvcc;
 pub mod node;
 pub mod plant;

@@ -14,30 +14,82 @@ use keel_store::tls::{Incoming, Tls};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+/// Takes flag `name` out of `args`: `--name=value`, `--name value`, or a bare `--name` when
+/// `boolean` (then "true").
+fn take_flag(args: &mut Vec<String>, name: &str, boolean: bool) -> Option<String> {
+    let flag = format!("--{name}");
+    let at = args.iter().position(|a| *a == flag || a.starts_with(&format!("{flag}=")))?;
+    let arg = args.remove(at);
+    if let Some((_, v)) = arg.split_once('=') {
+        return Some(v.to_string());
+    }
+    if boolean || at >= args.len() {
+        return Some("true".to_string());
+    }
+    Some(args.remove(at))
+}
+
+/// The data directory and cluster flags of a restore or migration, as keel's server takes them.
+fn member_flags(args: Vec<String>) -> Result<Config, ExitCode> {
+    Config::parse_from(std::iter::once("keel".to_string()).chain(args)).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
+fn failed(e: anyhow::Error) -> ExitCode {
+    eprintln!("Error: {e:#}");
+    ExitCode::FAILURE
+}
+
 /// `keel snapshot restore FILE [etcdctl's restore flags]`, as `etcdctl snapshot restore` for etcd.
 fn snapshot_restore(args: &[String]) -> ExitCode {
     let Some(file) = args.first() else {
         eprintln!("Error: snapshot restore expects one argument");
         return ExitCode::from(2);
     };
-    // etcdctl's restore flags that keel's server flags do not have.
-    let flags = args[1..].iter().filter(|a| !a.starts_with("--skip-hash-check"));
-    let cfg = match Config::parse_from(std::iter::once("keel".to_string()).chain(flags.cloned())) {
+    let mut flags = args[1..].to_vec();
+    let skip_hash_check = take_flag(&mut flags, "skip-hash-check", true).is_some_and(|v| v == "true");
+    let cfg = match member_flags(flags) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    match keel_store::snapshot::restore(std::path::Path::new(file), &cfg) {
-        Ok(()) => {
-            println!("restored snapshot {file} into {}", cfg.data_dir.display());
+    match keel_store::snapshot::restore(std::path::Path::new(file), &cfg, skip_hash_check) {
+        Ok(r) => {
+            println!(
+                "restored snapshot {file} into {} at revision {} ({} revisions of history)",
+                cfg.data_dir.display(),
+                r.rev,
+                r.revisions
+            );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("Error: {e:#}");
-            ExitCode::FAILURE
+        Err(e) => failed(e),
+    }
+}
+
+/// `keel migrate --from URL [--user NAME:PASSWORD] [--follow] [restore's flags]`
+/// (`keel_store::migrate`).
+fn migrate(args: &[String]) -> ExitCode {
+    let mut flags = args.to_vec();
+    let Some(from) = take_flag(&mut flags, "from", false) else {
+        eprintln!("Error: migrate needs --from, etcd's client URL");
+        return ExitCode::from(2);
+    };
+    let user = take_flag(&mut flags, "user", false);
+    let follow = take_flag(&mut flags, "follow", true).is_some_and(|v| v == "true");
+    let cfg = match member_flags(flags) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let m = keel_store::migrate::Migration { from, user, follow };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(keel_store::migrate::run(&m, &cfg)) {
+        Ok(rev) => {
+            println!("migrated etcd at {} into {} up to revision {rev}", m.from, cfg.data_dir.display());
+            ExitCode::SUCCESS
         }
+        Err(e) => failed(e),
     }
 }
 
@@ -45,6 +97,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("snapshot") && args.get(2).map(String::as_str) == Some("restore") {
         return snapshot_restore(&args[3..]);
+    }
+    if args.get(1).map(String::as_str) == Some("migrate") {
+        return migrate(&args[2..]);
     }
     let cfg = match Config::invocation_from(std::env::args_os()) {
         Ok(Invocation::Run(cfg)) => cfg,

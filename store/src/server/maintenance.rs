@@ -1,5 +1,5 @@
 //! `etcdserverpb.Maintenance`: everything but Downgrade (which answers `Unimplemented`; README,
-//! compatibility table). Snapshot streams keel's own snapshot format (`crate::snapshot`).
+//! compatibility table). Snapshot streams etcd's snapshot file (`crate::snapshot`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -134,7 +134,8 @@ impl Maintenance for MaintenanceService {
                 let resp = SnapshotResponse { header, remaining_bytes, blob: blob.into() };
                 tx.blocking_send(Ok(resp)).is_ok()
             };
-            if let Err(e) = crate::snapshot::stream(&*m.engine_snapshot(), SNAPSHOT_CHUNK, send) {
+            let spill = m.engine().spill_dir();
+            if let Err(e) = crate::snapshot::stream(&*m.engine_snapshot(), spill.as_deref(), SNAPSHOT_CHUNK, send) {
                 let _ = tx.blocking_send(Err(status(e)));
             }
         });

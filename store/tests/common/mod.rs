@@ -479,6 +479,38 @@ impl Server {
     }
 }
 
+/// `n` members (`m1`..`mn`) of a cluster that has not started, each with `extra_args`: for data
+/// directories made before the first start (a restore); [`start_prepared`] starts them.
+pub fn unstarted_cluster(kind: Kind, n: usize, extra_args: &[&str]) -> Vec<Server> {
+    let mut members: Vec<Server> =
+        (1..=n).map(|i| unstarted(kind, &format!("m{i}"), extra_args, &Secure::default())).collect();
+    let initial = members.iter().map(Server::initial_cluster_entry).collect::<Vec<_>>().join(",");
+    for m in &mut members {
+        m.initial_cluster = Some(initial.clone());
+    }
+    members
+}
+
+/// Starts every member of [`unstarted_cluster`] and waits until each serves.
+pub async fn start_prepared(members: &mut [Server]) {
+    for m in members.iter_mut() {
+        m.spawn();
+    }
+    for m in members.iter_mut() {
+        if let Err(why) = m.wait_ready().await {
+            m.kill9();
+            panic!("{} {} did not start: {why}\n{}", m.kind.name(), m.name, tail(&m.log(), 40));
+        }
+    }
+}
+
+impl Server {
+    /// The `--initial-cluster` this member starts with.
+    pub fn initial_cluster(&self) -> String {
+        self.initial_cluster.clone().unwrap_or_else(|| self.initial_cluster_entry())
+    }
+}
+
 /// A new member `name` that has not started yet, for `etcdctl member add` with its
 /// [`Server::peer_url`] first; [`join`] then starts it.
 pub fn new_member(kind: Kind, name: &str, extra_args: &[&str]) -> Server {

@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::hist::fmt_us;
-use crate::memory::{settled_rss_kib, Background};
+use crate::memory::{cpu_seconds, settled_rss_kib, Background};
 use crate::plot::{fmt_num, Chart, Series};
 use crate::report::Report;
 use crate::server::{Cluster, Kind};
@@ -87,6 +87,9 @@ pub struct CompareArgs {
 /// The extra figure holding the CPU cores that processes other than the bench and the servers
 /// used during a run.
 pub const BACKGROUND: &str = "background_cores";
+/// The extra figure holding the servers' CPU time (user + system, every member) per operation
+/// answered, in microseconds, over a workload's run.
+pub const SERVER_CPU: &str = "server_cpu_us_per_op";
 /// Runs with more background than this are listed in the report.
 const BUSY_CORES: f64 = 0.2;
 
@@ -415,12 +418,19 @@ pub async fn compare(a: &CompareArgs) -> Result<()> {
                     eprintln!("  {} ({:.0}s so far)", case.id, started.elapsed().as_secs_f64());
                     let pids = cluster.pids();
                     let background = Background::now(&pids)?;
+                    let cpu = cpu_seconds(&pids);
                     let mut report = case.work.run(&mut cluster).await.unwrap_or_else(|e| Report {
                         workload: case.id.clone(),
                         first_error: Some(format!("{e:#}")),
                         ..Default::default()
                     });
+                    let cpu = cpu_seconds(&pids) - cpu;
                     report.extra.insert(BACKGROUND.into(), background.cores_since(&pids)?);
+                    // Closed-loop workloads only: the memory case restarts the member (a new pid).
+                    let closed = matches!(case.work, Work::Put(_) | Work::Range(_) | Work::Txn(_) | Work::Lease(_));
+                    if closed && report.ops > 0 {
+                        report.extra.insert(SERVER_CPU.into(), cpu * 1e6 / report.ops as f64);
+                    }
                     eprint!("{}", report.text().lines().map(|l| format!("    {l}\n")).collect::<String>());
                     results.runs.push(Run { round, kind, case: case.id.clone(), members, report });
                     write_all(&a.out, &results)?;
@@ -508,8 +518,9 @@ pub fn markdown(r: &Results) -> String {
         .filter(|c| matches!(c.work, Work::Put(_) | Work::Range(_) | Work::Txn(_) | Work::Lease(_)))
         .collect();
     if !closed.is_empty() {
-        let _ = writeln!(s, "| workload | members | clients / conns | etcd ops/s | keel ops/s | keel/etcd | etcd p50 | keel p50 | etcd p99 | keel p99 | p99 keel/etcd |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "Server CPU is the user and system time of every member's process over the workload's run, per operation answered.\n");
+        let _ = writeln!(s, "| workload | members | clients / conns | etcd ops/s | keel ops/s | keel/etcd | etcd p50 | keel p50 | etcd p99 | keel p99 | p99 keel/etcd | etcd CPU/op | keel CPU/op | CPU keel/etcd |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     }
     let lat = |q: fn(&Report) -> u64| move |rep: &Report| Some(q(rep) as f64);
     let p50 = lat(|r| r.latency.p50_us);
@@ -519,9 +530,10 @@ pub fn markdown(r: &Results) -> String {
         let (et, kt) = both(r, &c.id, tput);
         let (e50, k50) = both(r, &c.id, p50);
         let (e99, k99) = both(r, &c.id, p99);
+        let (ec, kc) = both(r, &c.id, extra(SERVER_CPU));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.title,
             c.members,
             c.shape,
@@ -532,7 +544,10 @@ pub fn markdown(r: &Results) -> String {
             cell(k50, fmt_us),
             cell(e99, fmt_us),
             cell(k99, fmt_us),
-            ratio(e99, k99)
+            ratio(e99, k99),
+            cell(ec, fmt_us),
+            cell(kc, fmt_us),
+            ratio(ec, kc)
         );
     }
     let watches: Vec<&Case> = r.cases.iter().filter(|c| matches!(c.work, Work::Watch(_))).collect();

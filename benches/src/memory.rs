@@ -1,5 +1,6 @@
 //! What the kernel says about the processes of a run: the resident set (`VmRSS` in
-//! `/proc/<pid>/status`) of server processes, read once it has stopped moving; and how much CPU
+//! `/proc/<pid>/status`) of server processes, read once it has stopped moving; the CPU time
+//! server processes used; and how much CPU
 //! everything else on the machine used meanwhile (a benchmark on a shared machine must say when
 //! it was not alone).
 
@@ -59,6 +60,12 @@ fn process_ticks(pid: u32) -> u64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let get = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
     get(11) + get(12)
+}
+
+/// CPU time (user + system, all threads) `pids` have used, in seconds; a process that is gone
+/// counts 0.
+pub fn cpu_seconds(pids: &[u32]) -> f64 {
+    pids.iter().map(|&p| process_ticks(p)).sum::<u64>() as f64 / ticks_per_s()
 }
 
 /// A snapshot for [`Background::cores_since`].

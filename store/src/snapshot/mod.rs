@@ -134,8 +134,6 @@ fn fill(bytes: &[u8], dir: &Path, skip_hash_check: bool) -> anyhow::Result<Resto
         anyhow::bail!("not a snapshot file: neither etcd's (a bbolt database) nor keel's");
     }
     let file = bbolt::File::open(etcd_body(bytes, skip_hash_check)?)?;
-    // The whole file is checked before anything is written.
-    etcd::import(&file, &mut |_, _| Ok(()))?;
     let engine = open(dir)?;
     let mut sink = Sink::new(&*engine);
     let imported = etcd::import(&file, &mut |k, v| sink.put(k, v))?;
@@ -156,18 +154,18 @@ fn open(dir: &Path) -> anyhow::Result<Arc<dyn Engine>> {
 }
 
 /// Writes pairs into an engine in batches of about [`REPLACE_BATCH_BYTES`], the last synced.
-pub struct Sink<'e> {
+struct Sink<'e> {
     engine: &'e dyn Engine,
     batch: Batch,
     bytes: usize,
 }
 
 impl<'e> Sink<'e> {
-    pub fn new(engine: &'e dyn Engine) -> Self {
+    fn new(engine: &'e dyn Engine) -> Self {
         Sink { engine, batch: Batch::default(), bytes: 0 }
     }
 
-    pub fn put(&mut self, k: Vec<u8>, v: Vec<u8>) -> anyhow::Result<()> {
+    fn put(&mut self, k: Vec<u8>, v: Vec<u8>) -> anyhow::Result<()> {
         self.bytes += k.len() + v.len();
         self.batch.put(k, v);
         if self.bytes >= REPLACE_BATCH_BYTES {
@@ -178,7 +176,7 @@ impl<'e> Sink<'e> {
     }
 
     /// Writes what is left, synced (and with it everything before).
-    pub fn finish(self) -> anyhow::Result<()> {
+    fn finish(self) -> anyhow::Result<()> {
         self.engine.write(self.batch, true)?;
         Ok(())
     }

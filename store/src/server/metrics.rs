@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::routing::get;
@@ -65,28 +64,17 @@ fn code_name(code: tonic::Code) -> &'static str {
 impl GrpcCounters {
     /// Counts a call to `path` (`/package.Service/Method`) as started if it names one of etcd's
     /// methods; returns the method's place in [`ETCD_METHODS`].
-    fn start(&self, path: &str) -> Option<usize> {
+    pub(super) fn start(&self, path: &str) -> Option<usize> {
         let (service, method) = path.strip_prefix('/')?.split_once('/')?;
         let i = ETCD_METHODS.iter().position(|(s, m, _)| *s == service && *m == method)?;
         self.calls.lock()[i].started += 1;
         Some(i)
     }
 
-    fn handled(&self, i: usize, code: tonic::Code) {
-        *self.calls.lock()[i].handled.entry(code_name(code)).or_default() += 1;
-    }
-}
-
-/// Counts every gRPC call: started when it arrives, handled with the status of its answer (a
-/// stream counts as handled once its response starts; its final status is in trailers).
-pub async fn count_grpc(
-    State(grpc): State<Arc<GrpcCounters>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let key = grpc.start(req.uri().path());
-    let resp = next.run(req).await;
-    if let Some(key) = key {
+    /// Counts a call as handled with the status of its answer `resp` (a stream counts once its
+    /// response starts; its final status is in trailers); `key` is what [`Self::start`] returned.
+    pub(super) fn handled(&self, key: Option<usize>, resp: &axum::response::Response) {
+        let Some(i) = key else { return };
         let code = resp
             .headers()
             .get("grpc-status")
@@ -94,9 +82,8 @@ pub async fn count_grpc(
             .and_then(|v| v.parse::<i32>().ok())
             .map(tonic::Code::from_i32)
             .unwrap_or(tonic::Code::Ok);
-        grpc.handled(key, code);
+        *self.calls.lock()[i].handled.entry(code_name(code)).or_default() += 1;
     }
-    resp
 }
 
 /// `/metrics` for the edge's member.
@@ -280,7 +267,11 @@ mod tests {
     fn only_etcds_methods_are_counted() {
         let c = GrpcCounters::default();
         let put = c.start("/etcdserverpb.KV/Put").expect("a method of etcd's");
-        c.handled(put, tonic::Code::ResourceExhausted);
+        let answer = axum::response::Response::builder()
+            .header("grpc-status", (tonic::Code::ResourceExhausted as i32).to_string())
+            .body(axum::body::Body::empty())
+            .unwrap();
+        c.handled(Some(put), &answer);
         // Paths a client invents leave the table as it was: it has one entry per etcd method.
         for i in 0..1000 {
             assert!(c.start(&format!("/etcdserverpb.KV/Made{i}")).is_none());

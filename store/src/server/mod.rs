@@ -86,35 +86,10 @@ fn unexpected(what: &str) -> Status {
 /// linearizable one).
 const LEARNER_RPCS: [&str; 2] = ["/etcdserverpb.Maintenance/Status", "/etcdserverpb.KV/Range"];
 
-/// Answers every other etcd RPC on a learner with `etcdserver: rpc not supported for learner`.
-async fn learner_gate(
-    axum::extract::State(member): axum::extract::State<Arc<Member>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let path = req.uri().path();
-    if path.starts_with("/etcdserverpb.") && !LEARNER_RPCS.contains(&path) && member.is_learner() {
-        return status(Error::NotSupportedForLearner).into_http();
-    }
-    next.run(req).await
-}
-
 /// Waits until the member is ready to answer clients (`Member::ready`): like etcd, which serves
 /// no client before it has caught up with its log after a start.
 async fn wait_ready(member: &Member) -> Result<(), Status> {
     member.ready().await.map_err(status)
-}
-
-/// Holds every gRPC call until the member is ready.
-async fn ready_gate(
-    axum::extract::State(member): axum::extract::State<Arc<Member>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    match wait_ready(&member).await {
-        Ok(()) => next.run(req).await,
-        Err(s) => s.into_http(),
-    }
 }
 
 /// Serves `router` on `listener` (TCP, or the simulation's: the network seam) until `shutdown`
@@ -142,19 +117,42 @@ pub async fn serve(
 }
 
 /// The metadata key under which a gRPC request carries its connection's verified certificate
-/// user ([`cert_user`]); a client can never set it, since the edge removes it from every request.
+/// user ([`grpc_edge`]); a client can never set it, since the edge removes it from every request.
 pub const CERT_USER: &str = "keel-tls-common-name";
 
-/// Puts the common name of the connection's verified client certificate (client side with
-/// `--client-cert-auth`) in the request's metadata for the auth layer, after removing whatever
-/// the client sent under that name. etcd takes the name only on gRPC, not through its gateway.
-async fn cert_user(mut req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+/// What every gRPC call passes through, outermost first:
+/// - the common name of the connection's verified client certificate (client side with
+///   `--client-cert-auth`) goes in its metadata for the auth layer, under [`CERT_USER`], after
+///   whatever the client sent under that name is removed (etcd takes the name only on gRPC, not
+///   through its gateway);
+/// - it is counted, started and then handled with its answer's status ([`GrpcCounters`]);
+/// - it waits until the member is ready to answer clients ([`Member::ready`]), as etcd serves
+///   no client before it has caught up with its log after a start;
+/// - on a learner, every etcd RPC but [`LEARNER_RPCS`] is refused with `etcdserver: rpc not
+///   supported for learner`.
+///
+/// One layer rather than one per step: each layer costs every call another boxed future.
+async fn grpc_edge(
+    axum::extract::State(edge): axum::extract::State<Edge>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     req.headers_mut().remove(CERT_USER);
     let user = req.extensions().get::<axum::extract::ConnectInfo<ConnInfo>>().and_then(|c| c.0.user.clone());
     if let Some(v) = user.and_then(|u| ::http::HeaderValue::from_bytes(u.as_bytes()).ok()) {
         req.headers_mut().insert(CERT_USER, v);
     }
-    next.run(req).await
+    let key = edge.grpc.start(req.uri().path());
+    let path = req.uri().path();
+    let learner_refuses =
+        |m: &Member| path.starts_with("/etcdserverpb.") && !LEARNER_RPCS.contains(&path) && m.is_learner();
+    let resp = match wait_ready(&edge.member).await {
+        Err(s) => s.into_http(),
+        Ok(()) if learner_refuses(&edge.member) => status(Error::NotSupportedForLearner).into_http(),
+        Ok(()) => next.run(req).await,
+    };
+    edge.grpc.handled(key, &resp);
+    resp
 }
 
 /// What all the client and metrics listeners of one member share: the member and its gRPC call
@@ -206,7 +204,7 @@ pub(crate) async fn check_admin(m: &Member, md: &MetadataMap) -> Result<()> {
 
 /// Every client-facing service, gRPC and HTTP, as one router.
 pub fn client_router(edge: Edge) -> axum::Router {
-    let Edge { member, grpc } = edge.clone();
+    let member = edge.member.clone();
     let max_recv = member.limits().max_message_bytes();
     let kv = KvServer::new(kv::KvService::new(member.clone()))
         .max_decoding_message_size(max_recv)
@@ -231,10 +229,7 @@ pub fn client_router(edge: Edge) -> axum::Router {
         .add_service(watch)
         .add_service(auth)
         .into_axum_router()
-        .layer(axum::middleware::from_fn_with_state(member.clone(), learner_gate))
-        .layer(axum::middleware::from_fn_with_state(member.clone(), ready_gate))
-        .layer(axum::middleware::from_fn_with_state(grpc, metrics::count_grpc))
-        .layer(axum::middleware::from_fn(cert_user))
+        .layer(axum::middleware::from_fn_with_state(edge.clone(), grpc_edge))
         .merge(http::router(member.clone()))
         .merge(metrics::router(edge))
         .merge(gateway::router(member))

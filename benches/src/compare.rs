@@ -282,6 +282,12 @@ pub fn cases(a: &CompareArgs) -> Vec<Case> {
 }
 
 impl Work {
+    /// Whether this is a closed-loop workload: clients that each send their next request once
+    /// answered, measured by throughput and latency.
+    fn is_closed_loop(&self) -> bool {
+        matches!(self, Work::Put(_) | Work::Range(_) | Work::Txn(_) | Work::Lease(_))
+    }
+
     /// Runs against a cluster.
     async fn run(&self, cluster: &mut Cluster) -> Result<Report> {
         let eps = cluster.endpoints();
@@ -427,8 +433,7 @@ pub async fn compare(a: &CompareArgs) -> Result<()> {
                     let cpu = cpu_seconds(&pids) - cpu;
                     report.extra.insert(BACKGROUND.into(), background.cores_since(&pids)?);
                     // Closed-loop workloads only: the memory case restarts the member (a new pid).
-                    let closed = matches!(case.work, Work::Put(_) | Work::Range(_) | Work::Txn(_) | Work::Lease(_));
-                    if closed && report.ops > 0 {
+                    if case.work.is_closed_loop() && report.ops > 0 {
                         report.extra.insert(SERVER_CPU.into(), cpu * 1e6 / report.ops as f64);
                     }
                     eprint!("{}", report.text().lines().map(|l| format!("    {l}\n")).collect::<String>());
@@ -512,11 +517,7 @@ pub fn markdown(r: &Results) -> String {
          8-byte keys, 256-byte values, key space {}; closed-loop workloads run {} s each\n",
         r.args.rounds, r.args.key_space, r.args.duration
     );
-    let closed: Vec<&Case> = r
-        .cases
-        .iter()
-        .filter(|c| matches!(c.work, Work::Put(_) | Work::Range(_) | Work::Txn(_) | Work::Lease(_)))
-        .collect();
+    let closed: Vec<&Case> = r.cases.iter().filter(|c| c.work.is_closed_loop()).collect();
     if !closed.is_empty() {
         let _ = writeln!(s, "Server CPU is the user and system time of every member's process over the workload's run, per operation answered.\n");
         let _ = writeln!(s, "| workload | members | clients / conns | etcd ops/s | keel ops/s | keel/etcd | etcd p50 | keel p50 | etcd p99 | keel p99 | p99 keel/etcd | etcd CPU/op | keel CPU/op | CPU keel/etcd |");

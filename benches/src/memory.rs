@@ -1,8 +1,7 @@
 //! What the kernel says about the processes of a run: the resident set (`VmRSS` in
 //! `/proc/<pid>/status`) of server processes, read once it has stopped moving; the CPU time
-//! server processes used; and how much CPU
-//! everything else on the machine used meanwhile (a benchmark on a shared machine must say when
-//! it was not alone).
+//! server processes used; and how much CPU everything else on the machine used meanwhile (a
+//! benchmark on a shared machine must say when it was not alone).
 
 use std::time::Duration;
 
@@ -65,7 +64,12 @@ fn process_ticks(pid: u32) -> u64 {
 /// CPU time (user + system, all threads) `pids` have used, in seconds; a process that is gone
 /// counts 0.
 pub fn cpu_seconds(pids: &[u32]) -> f64 {
-    pids.iter().map(|&p| process_ticks(p)).sum::<u64>() as f64 / ticks_per_s()
+    ticks_of(pids) as f64 / ticks_per_s()
+}
+
+/// CPU ticks of `pids` together ([`process_ticks`]).
+fn ticks_of(pids: &[u32]) -> u64 {
+    pids.iter().map(|&p| process_ticks(p)).sum()
 }
 
 /// A snapshot for [`Background::cores_since`].
@@ -78,7 +82,7 @@ pub struct Background {
 impl Background {
     /// Now, counting this process and `pids` as ours.
     pub fn now(pids: &[u32]) -> Result<Background> {
-        let ours = process_ticks(std::process::id()) + pids.iter().map(|&p| process_ticks(p)).sum::<u64>();
+        let ours = process_ticks(std::process::id()) + ticks_of(pids);
         Ok(Background { at: std::time::Instant::now(), busy: machine_busy_ticks()?, ours })
     }
 

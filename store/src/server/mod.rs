@@ -142,13 +142,12 @@ async fn grpc_edge(
     if let Some(v) = user.and_then(|u| ::http::HeaderValue::from_bytes(u.as_bytes()).ok()) {
         req.headers_mut().insert(CERT_USER, v);
     }
-    let key = edge.grpc.start(req.uri().path());
     let path = req.uri().path();
-    let learner_refuses =
-        |m: &Member| path.starts_with("/etcdserverpb.") && !LEARNER_RPCS.contains(&path) && m.is_learner();
+    let key = edge.grpc.start(path);
+    let not_for_learners = path.starts_with("/etcdserverpb.") && !LEARNER_RPCS.contains(&path);
     let resp = match wait_ready(&edge.member).await {
         Err(s) => s.into_http(),
-        Ok(()) if learner_refuses(&edge.member) => status(Error::NotSupportedForLearner).into_http(),
+        Ok(()) if not_for_learners && edge.member.is_learner() => status(Error::NotSupportedForLearner).into_http(),
         Ok(()) => next.run(req).await,
     };
     edge.grpc.handled(key, &resp);
